@@ -1,0 +1,72 @@
+"""``gpuledger exporter`` (also ``python -m exporter``): flags on top of file and environment."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from exporter.config import DEFAULT_PORT, ConfigError, load
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="TOML or YAML config file (env GPULEDGER_CONFIG)")
+    p.add_argument("--listen", metavar="HOST:PORT", help=f"address to serve on (default :{DEFAULT_PORT})")
+    p.add_argument("--reader", metavar="SPEC", help="auto (default) | nvml | replay | replay:CAPTURE.jsonl")
+    p.add_argument("--sample-interval", metavar="SECONDS", help="seconds between samples (default 1)")
+    p.add_argument("--hostname", help="hostname label (default: this host's name)")
+    p.add_argument("--history", metavar="PATH", help="SQLite history file")
+    p.add_argument("--no-history", action="store_true", help="do not write the embedded history")
+    p.add_argument("--replay-gpus", metavar="N", help="replay: present the capture as N GPUs")
+    p.add_argument("--replay-speed", metavar="X", help="replay: capture seconds per wall second")
+    p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (HTTPS)")
+    p.add_argument("--tls-key", metavar="FILE", help="PEM private key (HTTPS)")
+    p.add_argument("--log-level", help="debug | info | warning | error")
+
+
+_FLAGS: dict[str, tuple[str, ...]] = {
+    "listen": ("web", "listen"),
+    "reader": ("exporter", "reader"),
+    "sample_interval": ("exporter", "sample_interval"),
+    "hostname": ("exporter", "hostname"),
+    "history": ("history", "path"),
+    "replay_gpus": ("replay", "gpus"),
+    "replay_speed": ("replay", "speed"),
+    "tls_cert": ("web", "tls_cert_file"),
+    "tls_key": ("web", "tls_key_file"),
+    "log_level": ("log_level",),
+}
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """CLI flags as the nested dict the settings take (flags left out are absent)."""
+    out: dict[str, Any] = {}
+    for dest, path in _FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        node = out
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    if getattr(args, "no_history", False):
+        out.setdefault("history", {})["enabled"] = False
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from exporter import daemon
+
+    try:
+        settings = load(args.config, overrides(args))
+        daemon.setup_logging(settings.log_level)
+        return daemon.run(settings)
+    except ConfigError as e:
+        print(f"gpuledger exporter: {e}", file=sys.stderr)
+        return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m exporter", description="gpuledger exporter")
+    add_arguments(p)
+    return run(p.parse_args(argv))

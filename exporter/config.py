@@ -1,0 +1,235 @@
+"""Configuration: defaults < config file (TOML or YAML) < environment (GPULEDGER_…) < CLI flags.
+
+Sections mirror the file layout (``[exporter]``, ``[web]``, ``[history]``, ``[replay]``);
+environment variables use ``__`` between section and key: ``GPULEDGER_WEB__LISTEN=:10044``.
+Invalid values raise ``ConfigError``, whose message names the field; the CLI exits 2 on it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import re
+import socket
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+DEFAULT_PORT = 10044
+"""Prometheus' default-port list has no free number left in 9100-9999; 10044 was not on it
+when we checked (2026-11). Change it with --listen."""
+
+ENV_PREFIX = "GPULEDGER_"
+_BCRYPT = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
+
+
+class ConfigError(Exception):
+    """Invalid configuration; the message names the field (or file) at fault."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ExporterSettings(_Section):
+    reader: str = Field("auto", description="auto | nvml | replay | replay:PATH")
+    sample_interval: float = Field(1.0, ge=0.05, le=60, description="seconds between fast samples")
+    energy_interval: float = Field(10.0, ge=0, le=3600, description="seconds between energy-counter reads")
+    health_interval: float = Field(
+        30.0, ge=0, le=3600, description="seconds between ECC / row-remap / power-limit reads"
+    )
+    pcie_interval: float = Field(30.0, ge=0, le=3600, description="seconds between PCIe throughput reads; 0 = off")
+    allocated_idle_below: float = Field(
+        0.05, ge=0, le=1, description="busy share under which an allocated GPU counts as idle"
+    )
+    hostname: str = Field(
+        default_factory=socket.gethostname,
+        min_length=1,
+        description="hostname label of gpuledger_gpu_info",
+    )
+    stale_after: float = Field(10.0, gt=0, description="/healthz turns 503 when the last sample is older (s)")
+    lost_gpu_retry: float = Field(10.0, gt=0, description="seconds between attempts to bring a lost GPU back")
+    nvml_retry_max: float = Field(60.0, ge=1, description="longest wait between NVML re-initialisation attempts (s)")
+
+    @field_validator("reader")
+    @classmethod
+    def _reader(cls, v: str) -> str:
+        v = v.strip()
+        if v in ("auto", "nvml", "replay"):
+            return v
+        if v.startswith("replay:"):
+            path = Path(v.removeprefix("replay:")).expanduser()
+            if not path.is_file():
+                raise ValueError(f"capture file not found: {path}")
+            return f"replay:{path}"
+        raise ValueError("expected auto, nvml, replay or replay:PATH")
+
+
+class WebSettings(_Section):
+    listen: str = Field(f":{DEFAULT_PORT}", description="HOST:PORT (or :PORT for every address)")
+    tls_cert_file: Path | None = Field(None, description="PEM certificate; enables HTTPS with tls_key_file")
+    tls_key_file: Path | None = Field(None, description="PEM private key")
+    basic_auth_users: dict[str, str] = Field(default_factory=dict, description="user -> bcrypt hash")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        split_listen(v)
+        return v
+
+    @field_validator("tls_cert_file", "tls_key_file")
+    @classmethod
+    def _exists(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_file():
+            raise ValueError(f"file not found: {v}")
+        return v
+
+    @field_validator("basic_auth_users")
+    @classmethod
+    def _hashes(cls, v: dict[str, str]) -> dict[str, str]:
+        for user, hashed in v.items():
+            if not user or ":" in user:
+                raise ValueError(f"user name {user!r} must be non-empty and contain no ':'")
+            if not _BCRYPT.match(hashed):
+                raise ValueError(f"password of {user!r} must be a bcrypt hash ($2b$...), not plain text")
+        return v
+
+    @model_validator(mode="after")
+    def _pair(self) -> WebSettings:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both or neither")
+        return self
+
+
+class HistorySettings(_Section):
+    enabled: bool = Field(True, description="write per-minute rollups to SQLite")
+    path: Path | None = Field(
+        None,
+        description="SQLite file; default $STATE_DIRECTORY, /var/lib/gpuledger or ~/.local/state/gpuledger",
+    )
+    retention_days: int = Field(400, ge=1, le=36500, description="rows older than this are deleted")
+
+
+class ReplaySettings(_Section):
+    gpus: int = Field(1, ge=1, le=256, description="present the captured GPU as this many GPUs")
+    speed: float = Field(1.0, gt=0, le=1000, description="capture seconds per wall second")
+    loop: bool = Field(True, description="start over at the end of the capture")
+    stagger: bool = Field(True, description="spread the GPUs over the capture's phases")
+
+
+_file_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "gpuledger_config_file", default=None
+)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return (_file_data.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_file_data.get() or {})
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    exporter: ExporterSettings = Field(default_factory=ExporterSettings)  # type: ignore[arg-type]
+    web: WebSettings = Field(default_factory=WebSettings)  # type: ignore[arg-type]
+    history: HistorySettings = Field(default_factory=HistorySettings)  # type: ignore[arg-type]
+    replay: ReplaySettings = Field(default_factory=ReplaySettings)  # type: ignore[arg-type]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _FileSource(settings_cls))
+
+
+def split_listen(v: str) -> tuple[str, int]:
+    """'HOST:PORT', ':PORT' or '[v6]:PORT' -> (host, port); ValueError otherwise."""
+    host, sep, port = v.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{v!r} is not HOST:PORT with a port in 0-65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{v!r}: put an IPv6 address in brackets, e.g. [::1]:{port}")
+    return host, int(port)
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"config file {path}: {e.strerror}") from e
+    try:
+        is_yaml = path.suffix.lower() in (".yaml", ".yml")
+        data = (yaml.safe_load(text) or {}) if is_yaml else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"config file {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: the top level must be a table of sections")
+    return data
+
+
+def load(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+    """Build the settings from every layer; ``overrides`` are CLI values as nested dicts."""
+    config_file = config_file or os.environ.get(f"{ENV_PREFIX}CONFIG") or None
+    data = read_file(config_file) if config_file else {}
+    token = _file_data.set(data)
+    try:
+        return Settings(**(overrides or {}))
+    except ValidationError as e:
+        raise ConfigError(describe(e, config_file)) from None
+    except SettingsError as e:
+        raise ConfigError(f"invalid configuration in the environment: {e}") from None
+    finally:
+        _file_data.reset(token)
+
+
+def describe(e: ValidationError, config_file: str | Path | None = None) -> str:
+    lines = ["invalid configuration:"]
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        env = ENV_PREFIX + "__".join(str(p) for p in err["loc"][:2]).upper()
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  {loc}: unknown setting (see docs/configuration.md for the names)")
+            continue
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        shown = "" if isinstance(got, dict) or err["type"] == "missing" else f" (got {got!r})"
+        where = f"; set in {config_file}, {env} or a flag" if config_file else f"; set by {env} or a flag"
+        lines.append(f"  {loc}: {msg}{shown}{where}")
+    return "\n".join(lines)
+
+
+def default_history_path() -> Path:
+    state = os.environ.get("STATE_DIRECTORY")  # systemd's StateDirectory=
+    if state:
+        return Path(state.split(":")[0]) / "history.db"
+    if os.geteuid() == 0:
+        return Path("/var/lib/gpuledger/history.db")
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gpuledger" / "history.db"

@@ -1,0 +1,152 @@
+"""Wiring: settings -> reader, sampler, history, HTTP server. Nothing else lives here."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sqlite3
+import ssl
+import threading
+from types import FrameType
+
+from exporter import __version__, slowlane
+from exporter.collector import Exposition
+from exporter.config import ConfigError, Settings, default_history_path, split_listen
+from exporter.history import HistoryError, HistoryWriter
+from exporter.readers import Reader, ReaderError, ReaderUnavailable
+from exporter.readers.nvml import NvmlReader
+from exporter.readers.replay import ReplayReader
+from exporter.sampler import Sampler, SamplerOptions
+from exporter.web import MetricsServer, WebOptions, serve
+
+log = logging.getLogger("gpuledger.exporter")
+
+
+def build_reader(s: Settings) -> Reader:
+    spec = s.exporter.reader
+    if spec == "nvml":
+        return NvmlReader()
+    if spec.startswith("replay"):
+        return _replay(s, spec.partition(":")[2] or None)
+    probe = NvmlReader()  # auto: NVML when the NVIDIA library exists, else the bundled capture
+    try:
+        probe.open()
+        probe.close()
+    except ReaderUnavailable as e:
+        if e.library_missing:
+            log.warning(
+                "no NVIDIA library on this machine (%s): replaying the bundled H200 capture "
+                '(gpuledger_exporter_info{reader="replay"}); use --reader nvml on GPU nodes',
+                e,
+            )
+            return _replay(s, None)
+    except ReaderError:
+        pass  # the library is there but NVML fails: stay on NVML, report nvml_up 0, retry
+    return probe
+
+
+def _replay(s: Settings, path: str | None) -> ReplayReader:
+    r = s.replay
+    return ReplayReader(path, gpus=r.gpus, speed=r.speed, loop=r.loop, stagger=r.stagger)
+
+
+class Exporter:
+    def __init__(self, settings: Settings, reader: Reader | None = None) -> None:
+        self.settings = s = settings
+        self.reader = reader or build_reader(s)
+        self.history = self._history()
+        self.sampler = Sampler(
+            self.reader,
+            SamplerOptions(
+                interval=s.exporter.sample_interval,
+                hostname=s.exporter.hostname,
+                idle_below=s.exporter.allocated_idle_below,
+                cadence=slowlane.Cadence(
+                    energy=s.exporter.energy_interval,
+                    health=s.exporter.health_interval,
+                    pcie=s.exporter.pcie_interval,
+                ),
+                lost_retry=s.exporter.lost_gpu_retry,
+                nvml_retry_max=s.exporter.nvml_retry_max,
+            ),
+            minute_sink=self.history.submit if self.history else None,
+            history_stats=self.history.stats if self.history else None,
+        )
+        host, port = split_listen(s.web.listen)
+        web = WebOptions(
+            host=host,
+            port=port,
+            tls_cert_file=str(s.web.tls_cert_file) if s.web.tls_cert_file else None,
+            tls_key_file=str(s.web.tls_key_file) if s.web.tls_key_file else None,
+            basic_auth_users=s.web.basic_auth_users,
+            stale_after=s.exporter.stale_after,
+        )
+        try:
+            self.server = MetricsServer(web, lambda: self.sampler.snapshot, Exposition(lambda: self.sampler.snapshot))
+        except ssl.SSLError as e:
+            raise ConfigError(f"web.tls_cert_file / web.tls_key_file: cannot load the certificate: {e}") from e
+
+    def _history(self) -> HistoryWriter | None:
+        h = self.settings.history
+        if not h.enabled:
+            return None
+        if self.reader.kind != "nvml" and h.path is None:
+            log.info("history off for the %s reader unless --history PATH is given", self.reader.kind)
+            return None
+        path = h.path or default_history_path()
+        try:
+            return HistoryWriter(path, hostname=self.settings.exporter.hostname, retention_days=h.retention_days)
+        except (HistoryError, sqlite3.Error, OSError) as e:
+            raise ConfigError(f"history.path: cannot open {path}: {e}") from e
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> None:
+        if self.history:
+            self.history.start()
+        self.sampler.start()
+        serve(self.server)
+        log.info(
+            "gpuledger exporter %s serving %s/metrics (reader %s, history %s)",
+            __version__,
+            self.url,
+            self.reader.kind,
+            self.history.path if self.history else "off",
+        )
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.sampler.stop()
+        if self.history:
+            self.history.stop()
+
+
+def run(settings: Settings) -> int:
+    """Run until SIGTERM or SIGINT. Returns the process exit code."""
+    try:
+        exp = Exporter(settings)
+    except OSError as e:
+        log.error("cannot listen on %s: %s", settings.web.listen, e.strerror or e)
+        return 1
+    done = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        done.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    exp.start()
+    done.wait()
+    exp.stop()
+    return 0
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )

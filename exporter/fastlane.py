@@ -1,0 +1,114 @@
+"""The fast lane: one cheap round of readings per GPU per tick, integrated into counters.
+
+Integration rule: a tick covers the reader-clock interval since the GPU's previous tick and
+counts only if the utilisation read succeeded. Each counter then grows by (the tick's best
+estimate of its mean over the interval) × (interval). ``sampled_seconds`` grows by the
+interval alone, so ``rate(x) / rate(sampled)`` is the exact time-weighted mean of x.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.readers import CLOCK_EVENT_REASONS, GpmActivity, Reader, UtilSample
+from exporter.state import GpuGauges
+from exporter.tracked import ErrorBook, TrackedGpu, call
+
+
+@dataclass(frozen=True, slots=True)
+class FastReading:
+    t: float
+    gauges: GpuGauges
+    busy: float | None  # mean share busy over the interval, from the samples buffer if any
+    gpm: GpmActivity | None
+    processes: int | None
+
+
+def read(reader: Reader, gpu: TrackedGpu, errors: ErrorBook) -> FastReading:
+    """Read one GPU. Raises GpuLost / ReaderUnavailable; other failures leave fields None."""
+    i = gpu.info.index
+    util = call(gpu, "utilization", lambda: reader.utilization(i), errors)
+    samples = call(
+        gpu,
+        "utilization_samples",
+        lambda: reader.utilization_samples(i, gpu.last_sample_us),
+        errors,
+    )
+    power = call(gpu, "power_watts", lambda: reader.power_watts(i), errors)
+    mem = call(gpu, "memory", lambda: reader.memory(i), errors)
+    temp = call(gpu, "temperature_celsius", lambda: reader.temperature_celsius(i), errors)
+    clocks = call(gpu, "clocks", lambda: reader.clocks(i), errors)
+    reasons = call(gpu, "clock_event_reasons", lambda: reader.clock_event_reasons(i), errors)
+    procs = call(gpu, "processes", lambda: reader.processes(i), errors)
+    gpm = call(gpu, "gpm", lambda: reader.gpm(i), errors)
+    t = reader.now()
+
+    busy: float | None = None
+    if samples:
+        busy = samples_mean(samples)
+        gpu.last_sample_us = samples[-1][0]
+    elif util is not None:
+        busy = util.gpu
+    gauges = GpuGauges(
+        utilization=None if util is None else util.gpu,
+        memory_utilization=None if util is None else util.memory,
+        power_watts=power,
+        memory_used_bytes=None if mem is None else mem.used_bytes,
+        memory_total_bytes=None if mem is None else mem.total_bytes,
+        temperature_celsius=temp,
+        sm_clock_hertz=None if clocks is None else clocks.sm_hertz,
+        memory_clock_hertz=None if clocks is None else clocks.memory_hertz,
+        clock_event_reasons=reasons,
+        processes=None if procs is None else len(procs),
+    )
+    return FastReading(
+        t=t,
+        gauges=gauges,
+        busy=busy if util is not None else None,
+        gpm=gpm,
+        processes=gauges.processes,
+    )
+
+
+def samples_mean(samples: list[UtilSample]) -> float:
+    """Mean of buffer samples. Each sample is the busy share of one fixed sampling period, so
+    they weigh the same (their timestamps jitter by a few ms; the periods do not)."""
+    return sum(v for _, v in samples) / len(samples)
+
+
+def integrate(gpu: TrackedGpu, r: FastReading, *, max_gap: float, idle_below: float) -> None:
+    """Fold one reading into ``gpu``'s counters (caller holds the sampler lock)."""
+    gpu.gauges = r.gauges
+    prev_t, gpu.last_t = gpu.last_t, r.t
+    prev_power, gpu.last_power = gpu.last_power, r.gauges.power_watts
+    c = gpu.counters
+    if r.gauges.clock_event_reasons is not None and not c.clock_event_seconds:
+        c.clock_event_seconds = dict.fromkeys(CLOCK_EVENT_REASONS.values(), 0.0)
+    if r.gpm is not None and c.sm_active_seconds is None:
+        c.sm_active_seconds = c.tensor_active_seconds = c.dram_active_seconds = 0.0
+    if gpu.energy_from_power and c.energy_joules is None:
+        c.energy_joules = 0.0
+    if prev_t is None or r.busy is None:
+        return  # a baseline tick, or utilisation unreadable: this interval is not covered
+    dt = r.t - prev_t
+    if dt <= 0 or dt > max_gap:
+        return  # clock went backwards or the sampler stalled: do not guess across the gap
+    c.sampled_seconds += dt
+    c.busy_seconds += r.busy * dt
+    if r.gpm is not None:
+        c.sm_active_seconds = (c.sm_active_seconds or 0.0) + r.gpm.sm * dt
+        c.tensor_active_seconds = (c.tensor_active_seconds or 0.0) + r.gpm.tensor * dt
+        c.dram_active_seconds = (c.dram_active_seconds or 0.0) + r.gpm.dram * dt
+    if r.processes:
+        c.allocated_seconds += dt
+        if r.busy < idle_below:
+            c.allocated_idle_seconds += dt
+    reasons = r.gauges.clock_event_reasons
+    if reasons:
+        for bit, name in CLOCK_EVENT_REASONS.items():
+            if reasons & bit:
+                c.clock_event_seconds[name] = c.clock_event_seconds.get(name, 0.0) + dt
+    power = r.gauges.power_watts
+    if gpu.energy_from_power and power is not None:
+        mean_power = power if prev_power is None else (power + prev_power) / 2.0
+        c.energy_joules = (c.energy_joules or 0.0) + mean_power * dt

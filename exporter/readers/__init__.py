@@ -1,0 +1,43 @@
+"""Sources of GPU readings behind one interface (``Reader``): NVML, a recorded capture, a fake."""
+
+from exporter.readers.base import (
+    CLOCK_EVENT_REASONS,
+    Clocks,
+    DeviceInfo,
+    DriverInfo,
+    EccErrors,
+    GpmActivity,
+    GpuLost,
+    Memory,
+    NotSupported,
+    PcieThroughput,
+    Process,
+    Reader,
+    ReaderError,
+    ReaderUnavailable,
+    RemappedRows,
+    Utilization,
+    UtilSample,
+    XidEvent,
+)
+
+__all__ = [
+    "CLOCK_EVENT_REASONS",
+    "Clocks",
+    "DeviceInfo",
+    "DriverInfo",
+    "EccErrors",
+    "GpmActivity",
+    "GpuLost",
+    "Memory",
+    "NotSupported",
+    "PcieThroughput",
+    "Process",
+    "Reader",
+    "ReaderError",
+    "ReaderUnavailable",
+    "RemappedRows",
+    "UtilSample",
+    "Utilization",
+    "XidEvent",
+]

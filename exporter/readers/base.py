@@ -1,0 +1,193 @@
+"""The reader interface: what the sampler needs from a source of GPU readings.
+
+Every method is one *call* (its name is the ``call`` label of
+``gpuledger_reader_errors_total``) and returns SI units: watts, joules, bytes,
+hertz, ratios in 0..1. A reader raises one of the errors below and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class ReaderError(Exception):
+    """A call failed. ``call`` names the reader method, ``gpu`` the device index if any."""
+
+    def __init__(self, message: str, *, call: str = "", gpu: int | None = None) -> None:
+        super().__init__(message)
+        self.call = call
+        self.gpu = gpu
+
+    def __str__(self) -> str:
+        where = f"gpu {self.gpu} " if self.gpu is not None else ""
+        what = f"{self.call}: " if self.call else ""
+        return f"{where}{what}{self.args[0]}"
+
+
+class NotSupported(ReaderError):
+    """The device or driver cannot answer this call; the sampler stops asking."""
+
+
+class GpuLost(ReaderError):
+    """The GPU fell off the bus or needs a reset; its ``up`` goes to 0."""
+
+
+class ReaderUnavailable(ReaderError):
+    """The whole source is gone (no driver, driver unloaded). ``library_missing`` is True when
+    the NVIDIA library is not installed at all, as on a machine with no NVIDIA GPU."""
+
+    def __init__(self, message: str, *, call: str = "", gpu: int | None = None, library_missing: bool = False) -> None:
+        super().__init__(message, call=call, gpu=gpu)
+        self.library_missing = library_missing
+
+
+# --- values -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DriverInfo:
+    driver_version: str
+    nvml_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    index: int
+    uuid: str
+    model: str
+    pci_bus_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Utilization:
+    gpu: float  # share of the last NVML sample period with a kernel running, 0..1
+    memory: float  # share of it with device memory being read or written, 0..1
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    used_bytes: int
+    total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Clocks:
+    sm_hertz: float
+    memory_hertz: float
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    pid: int
+    used_memory_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpmActivity:
+    """Hopper GPM activity over the interval since the previous ``gpm`` call, 0..1."""
+
+    sm: float
+    tensor: float
+    dram: float
+    sm_occupancy: float
+
+
+@dataclass(frozen=True, slots=True)
+class EccErrors:
+    """Volatile ECC error counts (since the driver loaded); None where not reported."""
+
+    corrected: int | None
+    uncorrected: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RemappedRows:
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PcieThroughput:
+    tx_bytes_per_second: float
+    rx_bytes_per_second: float
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    uuid: str
+    xid: int
+
+
+UtilSample = tuple[int, float]
+"""One entry of the utilisation samples buffer: (timestamp in µs, share busy 0..1)."""
+
+
+# --- the interface ------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """A source of GPU readings. Implementations: NvmlReader, ReplayReader, FakeReader."""
+
+    kind: str
+    """Short name shown in ``gpuledger_exporter_info{reader}``: nvml, replay, fake."""
+
+    time_scale: float
+    """Reader seconds per wall second (1 except for a replay played faster)."""
+
+    def open(self) -> DriverInfo: ...
+    def close(self) -> None: ...
+    def now(self) -> float:
+        """Seconds on the reader's monotonic clock; counters integrate over its differences."""
+        ...
+
+    def devices(self) -> list[DeviceInfo]: ...
+    def device(self, index: int) -> DeviceInfo:
+        """Look one device up again (used to bring a lost GPU back)."""
+        ...
+
+    def utilization(self, index: int) -> Utilization: ...
+    def utilization_samples(self, index: int, since_us: int) -> list[UtilSample]:
+        """Samples newer than ``since_us`` (0: whatever the buffer holds), oldest first."""
+        ...
+
+    def power_watts(self, index: int) -> float: ...
+    def power_limit_watts(self, index: int) -> float: ...
+    def energy_joules(self, index: int) -> float:
+        """A monotonic energy counter (NVML: since the driver loaded)."""
+        ...
+
+    def memory(self, index: int) -> Memory: ...
+    def temperature_celsius(self, index: int) -> float: ...
+    def clocks(self, index: int) -> Clocks: ...
+    def clock_event_reasons(self, index: int) -> int: ...
+    def processes(self, index: int) -> list[Process]: ...
+    def gpm(self, index: int) -> GpmActivity | None:
+        """Activity since the previous call; None on the first call."""
+        ...
+
+    def ecc_errors(self, index: int) -> EccErrors: ...
+    def remapped_rows(self, index: int) -> RemappedRows: ...
+    def pcie_throughput(self, index: int) -> PcieThroughput: ...
+    def wait_xid(self, timeout_seconds: float) -> list[XidEvent]:
+        """Block up to ``timeout_seconds`` for XID events; NotSupported if none can be watched."""
+        ...
+
+
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+"""NVML clock-event (throttle) reason bits and the label value each gets."""

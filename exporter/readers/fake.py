@@ -1,0 +1,269 @@
+"""FakeReader: a programmable reader for unit tests and benchmarks.
+
+Its clock only moves when ``advance()`` is called, so tests drive the sampler tick by tick.
+``latencies`` makes each call take that long (a busy-wait under 1 ms, a sleep above: the
+short NVML calls burn CPU in the driver, the long ones mostly wait). ``fail()`` makes chosen
+calls raise; ``lose()`` makes a GPU fall off the bus.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from exporter.readers.base import (
+    Clocks,
+    DeviceInfo,
+    DriverInfo,
+    EccErrors,
+    GpmActivity,
+    GpuLost,
+    Memory,
+    NotSupported,
+    PcieThroughput,
+    Process,
+    ReaderError,
+    RemappedRows,
+    Utilization,
+    UtilSample,
+    XidEvent,
+)
+
+H200_LATENCIES: dict[str, float] = {
+    # seconds per call, measured on an H200 (docs/DESIGN facts); see bench/scrape_latency.py
+    "utilization": 3e-6,
+    "power_watts": 3e-6,
+    "temperature_celsius": 3e-6,
+    "clocks": 6e-6,  # two clock reads
+    "clock_event_reasons": 3e-6,
+    "memory": 13e-6,
+    "processes": 13e-6,
+    "energy_joules": 4.1e-3,
+    "utilization_samples": 2.8e-3,
+    "gpm": 40e-6,
+    "power_limit_watts": 3e-6,
+    "ecc_errors": 6e-6,
+    "remapped_rows": 13e-6,
+    "pcie_throughput": 42e-3,  # two directions, ~21 ms each
+}
+
+SAMPLE_PERIOD_US = 200_000  # the H200 buffer holds about five samples a second
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    model: str = "NVIDIA Fake H200"
+    pci_bus_id: str = "00000000:00:00.0"
+    util: float = 0.0
+    memory_util: float = 0.0
+    power_watts: float = 100.0
+    power_limit_watts: float = 700.0
+    energy_joules: float = 1_000.0
+    memory_used_bytes: int = 0
+    memory_total_bytes: int = 150_754_820_096
+    temperature_celsius: float = 35.0
+    sm_hertz: float = 1.98e9
+    memory_hertz: float = 3.2e9
+    clock_event_reasons: int = 0
+    processes: list[Process] = field(default_factory=list)
+    gpm: GpmActivity | None = None  # None: GPM not supported
+    ecc: EccErrors = field(default_factory=lambda: EccErrors(0, 0))
+    remapped: RemappedRows = field(default_factory=lambda: RemappedRows(0, 0, False, False))
+    pcie: PcieThroughput = field(default_factory=lambda: PcieThroughput(1e6, 2e6))
+    unsupported: set[str] = field(default_factory=set)
+    lost: bool = False
+    samples: list[UtilSample] = field(default_factory=list)
+    _gpm_started: bool = False
+
+
+def fake_gpus(n: int) -> list[FakeGpu]:
+    return [
+        FakeGpu(uuid=f"GPU-00000000-0000-0000-0000-{i:012d}", pci_bus_id=f"00000000:{i + 1:02X}:00.0") for i in range(n)
+    ]
+
+
+class FakeReader:
+    kind = "fake"
+    time_scale = 1.0
+
+    def __init__(
+        self,
+        gpus: list[FakeGpu] | int = 1,
+        *,
+        latencies: Mapping[str, float] | None = None,
+        open_error: ReaderError | None = None,
+        start: float = 1_000.0,
+    ) -> None:
+        self.gpus = fake_gpus(gpus) if isinstance(gpus, int) else gpus
+        self.latencies = dict(latencies or {})
+        self.open_error = open_error
+        self.clock = start
+        self.calls: dict[str, int] = {}
+        self.opened = 0
+        self._failures: dict[tuple[str, int | None], deque[ReaderError]] = {}
+        self._xids: deque[XidEvent] = deque()
+        self._xid_ready = threading.Event()
+        self._lock = threading.Lock()
+        self._gate = threading.Event()
+        self._gate.set()
+        self._gated: set[str] = set()
+
+    # --- test controls ------------------------------------------------------------------
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock; energy accrues at the current power, samples at the current util."""
+        start_us = int(self.clock * 1e6)
+        self.clock += seconds
+        end_us = int(self.clock * 1e6)
+        for g in self.gpus:
+            g.energy_joules += g.power_watts * seconds
+            ts = (start_us // SAMPLE_PERIOD_US + 1) * SAMPLE_PERIOD_US
+            while ts <= end_us:
+                g.samples.append((ts, g.util))
+                ts += SAMPLE_PERIOD_US
+            del g.samples[:-100]
+
+    def fail(self, call: str, gpu: int | None = None, times: int = 1, error: ReaderError | None = None) -> None:
+        """Make the next ``times`` calls of ``call`` (on ``gpu``, or any GPU) raise ``error``."""
+        exc = error or ReaderError("injected failure", call=call, gpu=gpu)
+        self._failures.setdefault((call, gpu), deque()).extend([exc] * times)
+
+    def hang(self, *calls: str) -> None:
+        """Make these calls block until ``release()``: a wedged driver."""
+        self._gated.update(calls)
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def lose(self, index: int, lost: bool = True) -> None:
+        self.gpus[index].lost = lost
+
+    def emit_xid(self, index: int, xid: int) -> None:
+        with self._lock:
+            self._xids.append(XidEvent(uuid=self.gpus[index].uuid, xid=xid))
+        self._xid_ready.set()
+
+    # --- Reader -------------------------------------------------------------------------
+
+    def open(self) -> DriverInfo:
+        self._enter("open", None)
+        self.opened += 1
+        if self.open_error is not None:
+            raise self.open_error
+        return DriverInfo(driver_version="580.00.00-fake", nvml_version="13.580.00-fake")
+
+    def close(self) -> None:
+        pass
+
+    def now(self) -> float:
+        return self.clock
+
+    def devices(self) -> list[DeviceInfo]:
+        self._enter("devices", None)
+        return [self._info(i) for i in range(len(self.gpus))]
+
+    def device(self, index: int) -> DeviceInfo:
+        self._gpu("device", index)
+        return self._info(index)
+
+    def utilization(self, index: int) -> Utilization:
+        g = self._gpu("utilization", index)
+        return Utilization(gpu=g.util, memory=g.memory_util)
+
+    def utilization_samples(self, index: int, since_us: int) -> list[UtilSample]:
+        g = self._gpu("utilization_samples", index)
+        return [s for s in g.samples if s[0] > since_us]
+
+    def power_watts(self, index: int) -> float:
+        return self._gpu("power_watts", index).power_watts
+
+    def power_limit_watts(self, index: int) -> float:
+        return self._gpu("power_limit_watts", index).power_limit_watts
+
+    def energy_joules(self, index: int) -> float:
+        return self._gpu("energy_joules", index).energy_joules
+
+    def memory(self, index: int) -> Memory:
+        g = self._gpu("memory", index)
+        return Memory(used_bytes=g.memory_used_bytes, total_bytes=g.memory_total_bytes)
+
+    def temperature_celsius(self, index: int) -> float:
+        return self._gpu("temperature_celsius", index).temperature_celsius
+
+    def clocks(self, index: int) -> Clocks:
+        g = self._gpu("clocks", index)
+        return Clocks(sm_hertz=g.sm_hertz, memory_hertz=g.memory_hertz)
+
+    def clock_event_reasons(self, index: int) -> int:
+        return self._gpu("clock_event_reasons", index).clock_event_reasons
+
+    def processes(self, index: int) -> list[Process]:
+        return list(self._gpu("processes", index).processes)
+
+    def gpm(self, index: int) -> GpmActivity | None:
+        g = self._gpu("gpm", index)
+        if g.gpm is None:
+            raise NotSupported("GPM not supported", call="gpm", gpu=index)
+        if not g._gpm_started:
+            g._gpm_started = True
+            return None
+        return g.gpm
+
+    def ecc_errors(self, index: int) -> EccErrors:
+        return self._gpu("ecc_errors", index).ecc
+
+    def remapped_rows(self, index: int) -> RemappedRows:
+        return self._gpu("remapped_rows", index).remapped
+
+    def pcie_throughput(self, index: int) -> PcieThroughput:
+        return self._gpu("pcie_throughput", index).pcie
+
+    def wait_xid(self, timeout_seconds: float) -> list[XidEvent]:
+        self._enter("wait_xid", None)
+        self._xid_ready.wait(timeout_seconds)
+        with self._lock:
+            events = list(self._xids)
+            self._xids.clear()
+            self._xid_ready.clear()
+        return events
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _info(self, i: int) -> DeviceInfo:
+        g = self.gpus[i]
+        return DeviceInfo(index=i, uuid=g.uuid, model=g.model, pci_bus_id=g.pci_bus_id)
+
+    def _enter(self, call: str, index: int | None) -> None:
+        self.calls[call] = self.calls.get(call, 0) + 1
+        if call in self._gated:
+            self._gate.wait()
+        delay = self.latencies.get(call, 0.0)
+        if delay >= 1e-3:
+            time.sleep(delay)
+        elif delay > 0:
+            end = time.perf_counter() + delay
+            while time.perf_counter() < end:
+                pass
+        for key in ((call, index), (call, None)):
+            queue = self._failures.get(key)
+            if queue:
+                raise queue.popleft()
+
+    def _gpu(self, call: str, index: int) -> FakeGpu:
+        self._enter(call, index)
+        if not 0 <= index < len(self.gpus):
+            raise ReaderError(f"no GPU with index {index}", call=call, gpu=index)
+        g = self.gpus[index]
+        if g.lost:
+            raise GpuLost("GPU is lost", call=call, gpu=index)
+        if call in g.unsupported:
+            raise NotSupported("not supported", call=call, gpu=index)
+        return g
+
+
+__all__ = ["H200_LATENCIES", "FakeGpu", "FakeReader", "fake_gpus"]

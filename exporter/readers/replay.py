@@ -1,0 +1,240 @@
+"""ReplayReader: plays a recorded capture as if it were live GPUs.
+
+Reader time starts at 0 when the reader opens and runs at ``speed`` capture seconds per wall
+second. GPU ``i`` sits at capture position ``now + offset_i`` (offsets spread the GPUs over
+the capture when ``stagger`` is on, so a demo fleet is not eight copies of one phase). With
+``loop`` the capture repeats and the energy counter keeps climbing; without it the last
+record holds once the capture is over.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from exporter.readers import capture as cap
+from exporter.readers.base import (
+    Clocks,
+    DeviceInfo,
+    DriverInfo,
+    EccErrors,
+    GpmActivity,
+    Memory,
+    NotSupported,
+    PcieThroughput,
+    Process,
+    ReaderError,
+    RemappedRows,
+    Utilization,
+    UtilSample,
+    XidEvent,
+)
+
+_NAMESPACE = uuidlib.UUID("6c1d3c52-5a0e-4f51-9a43-6f2b7f6b1e20")
+
+
+class ReplayReader:
+    kind = "replay"
+
+    def __init__(
+        self,
+        capture: cap.Capture | str | Path | None = None,
+        *,
+        gpus: int = 1,
+        speed: float = 1.0,
+        loop: bool = True,
+        stagger: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if gpus < 1:
+            raise ValueError("gpus must be >= 1")
+        if speed <= 0:
+            raise ValueError("speed must be > 0")
+        if capture is None:
+            capture = cap.bundled_path()
+        self.capture = capture if isinstance(capture, cap.Capture) else cap.load(capture)
+        self.time_scale = speed
+        self._loop = loop
+        self._clock = clock
+        self._start = clock()
+        d = self.capture.duration
+        self._offsets = [(i * d / gpus) if stagger else 0.0 for i in range(gpus)]
+        self._gpm_last: dict[int, float] = {}
+        self._devices = [self._identity(i, gpus) for i in range(gpus)]
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def open(self) -> DriverInfo:
+        self._start = self._clock()
+        self._gpm_last.clear()
+        s = self.capture.static
+        return DriverInfo(driver_version=s.driver, nvml_version=s.nvml)
+
+    def close(self) -> None:
+        pass
+
+    def now(self) -> float:
+        return (self._clock() - self._start) * self.time_scale
+
+    def devices(self) -> list[DeviceInfo]:
+        return list(self._devices)
+
+    def device(self, index: int) -> DeviceInfo:
+        return self._dev(index, "device")
+
+    def position(self, index: int, at: float | None = None) -> float:
+        """Capture position (seconds from the first record, not wrapped) of GPU ``index``."""
+        return (self.now() if at is None else at) + self._offsets[index]
+
+    # --- readings -----------------------------------------------------------------------
+
+    def utilization(self, index: int) -> Utilization:
+        r = self._record(index, "utilization")
+        return Utilization(gpu=r.util_gpu, memory=r.util_memory)
+
+    def utilization_samples(self, index: int, since_us: int) -> list[UtilSample]:
+        self._dev(index, "utilization_samples")
+        now = self.now()
+        lo = max(since_us / 1e6, 0.0)
+        if lo >= now:
+            return []
+        off = self._offsets[index]
+        out: list[UtilSample] = []
+        samples = self.capture.samples
+        keys = self.capture.sample_offsets
+        for base, qa, qb in self._segments(lo + off, now + off):
+            j = bisect.bisect_right(keys, qa)
+            while j < len(keys) and keys[j] <= qb:
+                ts = round((base + keys[j] - off) * 1e6)
+                if ts > since_us:  # guard against float rounding at the window's edge
+                    out.append((ts, samples[j][1]))
+                j += 1
+        return out
+
+    def power_watts(self, index: int) -> float:
+        return self._record(index, "power_watts").power_watts
+
+    def power_limit_watts(self, index: int) -> float:
+        self._dev(index, "power_limit_watts")
+        return self.capture.static.power_limit_watts
+
+    def energy_joules(self, index: int) -> float:
+        self._dev(index, "energy_joules")
+        c = self.capture
+        p = self.position(index)
+        first = c.records[0].energy_joules
+        if not self._loop:
+            return c.energy_at(c.t0 + min(p, c.duration))
+        k = math.floor(p / c.duration)
+        q = p - k * c.duration
+        per_loop = c.records[-1].energy_joules - first
+        return c.energy_at(c.t0 + q) + k * per_loop
+
+    def memory(self, index: int) -> Memory:
+        r = self._record(index, "memory")
+        return Memory(used_bytes=r.memory_used_bytes, total_bytes=self.capture.static.memory_total_bytes)
+
+    def temperature_celsius(self, index: int) -> float:
+        return self._record(index, "temperature_celsius").temperature_celsius
+
+    def clocks(self, index: int) -> Clocks:
+        r = self._record(index, "clocks")
+        return Clocks(sm_hertz=r.sm_clock_hertz, memory_hertz=r.memory_clock_hertz)
+
+    def clock_event_reasons(self, index: int) -> int:
+        return self._record(index, "clock_event_reasons").clock_event_reasons
+
+    def processes(self, index: int) -> list[Process]:
+        r = self._record(index, "processes")
+        return [Process(pid=pid + index, used_memory_bytes=used) for pid, used in r.processes]
+
+    def gpm(self, index: int) -> GpmActivity | None:
+        self._dev(index, "gpm")
+        if all(r.gpm is None for r in self.capture.records):
+            raise NotSupported("capture has no GPM data", call="gpm", gpu=index)
+        now = self.now()
+        last = self._gpm_last.get(index)
+        self._gpm_last[index] = now
+        if last is None or now <= last:
+            return None
+        off = self._offsets[index]
+        means = [self._interval_mean(last + off, now + off, f) for f in ("sm", "tensor", "dram", "sm_occupancy")]
+        if any(m is None for m in means):
+            return None
+        sm, tensor, dram, occ = (float(m or 0.0) for m in means)
+        return GpmActivity(sm=sm, tensor=tensor, dram=dram, sm_occupancy=occ)
+
+    def ecc_errors(self, index: int) -> EccErrors:
+        r = self._record(index, "ecc_errors")
+        if r.ecc_uncorrected is None:
+            raise NotSupported("capture has no ECC counts", call="ecc_errors", gpu=index)
+        return EccErrors(corrected=None, uncorrected=r.ecc_uncorrected)
+
+    def remapped_rows(self, index: int) -> RemappedRows:
+        raise NotSupported("not in the capture", call="remapped_rows", gpu=index)
+
+    def pcie_throughput(self, index: int) -> PcieThroughput:
+        raise NotSupported("not in the capture", call="pcie_throughput", gpu=index)
+
+    def wait_xid(self, timeout_seconds: float) -> list[XidEvent]:
+        raise NotSupported("captures hold no XID events", call="wait_xid")
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _identity(self, i: int, n: int) -> DeviceInfo:
+        s = self.capture.static
+        if n == 1:
+            return DeviceInfo(index=0, uuid=s.uuid, model=s.name, pci_bus_id=s.pci_bus_id)
+        uid = f"GPU-{uuidlib.uuid5(_NAMESPACE, f'{s.uuid}/{i}')}"
+        domain, bus, rest = [*s.pci_bus_id.split(":"), "", ""][:3]
+        dev = int(rest.split(".")[0] or "0", 16) + i
+        pci = f"{domain}:{bus}:{dev:02X}.0"
+        return DeviceInfo(index=i, uuid=uid, model=s.name, pci_bus_id=pci)
+
+    def _dev(self, index: int, call: str) -> DeviceInfo:
+        if not 0 <= index < len(self._devices):
+            raise ReaderError(f"no GPU with index {index}", call=call, gpu=index)
+        return self._devices[index]
+
+    def _record(self, index: int, call: str) -> cap.Record:
+        self._dev(index, call)
+        c = self.capture
+        p = self.position(index)
+        q = (p % c.duration) if self._loop else min(p, c.duration)
+        return c.records[c.index_at(c.t0 + q)]
+
+    def _segments(self, pa: float, pb: float) -> Iterator[tuple[float, float, float]]:
+        """Split positions (pa, pb] into per-loop pieces: (loop start position, qa, qb)."""
+        d = self.capture.duration
+        if not self._loop:
+            qa, qb = min(pa, d), min(pb, d)
+            if qb > qa:
+                yield 0.0, qa, qb
+            return
+        k = math.floor(pa / d)
+        while k * d < pb:
+            qa, qb = max(pa - k * d, 0.0), min(pb - k * d, d)
+            if qb > qa:
+                yield k * d, qa, qb
+            k += 1
+
+    def _interval_mean(self, pa: float, pb: float, field: str) -> float | None:
+        """Time-weighted mean of a GPM field over positions (pa, pb]; record r covers the
+        capture interval (offset[r-1], offset[r]]."""
+        offs = self.capture.offsets
+        recs = self.capture.records
+        total = weight = 0.0
+        for _, qa, qb in self._segments(pa, pb):
+            r = max(1, bisect.bisect_right(offs, qa))
+            while r < len(offs) and offs[r - 1] < qb:
+                lo, hi = max(qa, offs[r - 1]), min(qb, offs[r])
+                g = recs[r].gpm
+                if g is not None and hi > lo:
+                    total += float(getattr(g, field)) * (hi - lo)
+                    weight += hi - lo
+                r += 1
+        return total / weight if weight > 0 else None

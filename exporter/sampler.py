@@ -1,0 +1,332 @@
+"""The sampler: owns the reader, runs the fast lane, the slow lane and the XID watcher in
+background threads, integrates counters and publishes an immutable ``Snapshot``.
+
+Scrapes only ever read ``Sampler.snapshot``; nothing on the scrape path touches the reader.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from exporter import fastlane, slowlane
+from exporter.readers import GpuLost, NotSupported, Reader, ReaderError, ReaderUnavailable, XidEvent
+from exporter.state import EMPTY, HistoryStats, MinuteRow, Snapshot, minute_row
+from exporter.tracked import ErrorBook, TrackedGpu
+
+log = logging.getLogger(__name__)
+
+MinuteSink = Callable[[list[MinuteRow]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerOptions:
+    interval: float = 1.0
+    hostname: str = ""
+    idle_below: float = 0.05  # allocated-but-idle when the busy share is under this
+    cadence: slowlane.Cadence = field(default_factory=slowlane.Cadence)
+    lost_retry: float = 10.0
+    nvml_retry_max: float = 60.0
+    gap_factor: float = 5.0  # an interval longer than this many ticks is a gap, not a sample
+
+
+class Sampler:
+    def __init__(
+        self,
+        reader: Reader,
+        options: SamplerOptions | None = None,
+        *,
+        minute_sink: MinuteSink | None = None,
+        history_stats: Callable[[], HistoryStats] | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.reader = reader
+        self.opt = options or SamplerOptions()
+        self.errors = ErrorBook()
+        self._minute_sink = minute_sink
+        self._history_stats = history_stats
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._gpus: list[TrackedGpu] = []
+        self._nvml_up = False
+        self._driver = ""
+        self._retry_at = 0.0
+        self._retry_delay = 1.0
+        self._warned_down = False
+        self._minute: int | None = None
+        self._seq = 0
+        self._snapshot = EMPTY
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # --- public -------------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    @property
+    def nvml_up(self) -> bool:
+        return self._nvml_up
+
+    def start(self) -> None:
+        self._stop.clear()
+        self.tick()
+        for name, target in (
+            ("fast", self._run_fast),
+            ("slow", self._run_slow),
+            ("xid", self._run_xid),
+        ):
+            th = threading.Thread(target=target, name=f"gpuledger-{name}", daemon=True)
+            th.start()
+            self._threads.append(th)
+
+    def stop(self) -> None:
+        """Stop the threads, hand the partial minute to history, close the reader."""
+        self._stop.set()
+        for th in self._threads:
+            th.join(timeout=5.0)
+        self._threads.clear()
+        with self._lock:
+            self._close_minute(None)
+        if self._nvml_up:
+            self._safe_close()
+
+    def tick(self) -> None:
+        """One fast-lane round over all GPUs, then publish a snapshot. Never raises."""
+        started = time.perf_counter()
+        try:
+            self._tick()
+        except Exception:
+            log.exception("sampler tick failed; carrying on")
+        self._publish(time.perf_counter() - started)
+
+    def slow_tick(self) -> None:
+        """One slow-lane round over all GPUs. Never raises."""
+        if not self._nvml_up:
+            return
+        now = self.reader.now()
+        with self._lock:
+            gpus = [g for g in self._gpus if g.up and not g.lost]
+        for g in gpus:
+            try:
+                r = slowlane.read(self.reader, g, self.opt.cadence, now, self.errors)
+            except GpuLost as e:
+                with self._lock:
+                    self._mark_lost(g, e)
+                continue
+            except ReaderUnavailable as e:
+                self._reader_down(e)
+                return
+            except Exception:
+                log.exception("slow lane failed on gpu %d", g.info.index)
+                continue
+            with self._lock:
+                slowlane.apply(g, r)
+
+    # --- fast lane ----------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        if not self._nvml_up and not self._try_open():
+            return
+        self._roll_minute()
+        max_gap = self.opt.gap_factor * self.opt.interval * self.reader.time_scale
+        for g in list(self._gpus):
+            if g.lost and not self._try_recover(g):
+                continue
+            try:
+                r = fastlane.read(self.reader, g, self.errors)
+            except GpuLost as e:
+                with self._lock:
+                    self._mark_lost(g, e)
+                continue
+            except ReaderUnavailable as e:
+                self._reader_down(e)
+                return
+            with self._lock:
+                g.up = r.busy is not None
+                fastlane.integrate(g, r, max_gap=max_gap, idle_below=self.opt.idle_below)
+
+    def _try_open(self) -> bool:
+        mono = time.monotonic()
+        if mono < self._retry_at:
+            return False
+        try:
+            driver = self.reader.open()
+            devices = self.reader.devices()
+        except ReaderError as e:
+            self._retry_at = mono + min(self._retry_delay, self.opt.nvml_retry_max)
+            if not self._warned_down:
+                log.error(
+                    "NVML unavailable (%s): serving gpuledger_nvml_up 0, retrying with backoff up to %.0f s",
+                    e,
+                    self.opt.nvml_retry_max,
+                )
+                self._warned_down = True
+            else:
+                log.debug("NVML still unavailable: %s", e)
+            self._retry_delay = min(self._retry_delay * 2, self.opt.nvml_retry_max)
+            return False
+        with self._lock:
+            known = {g.info.uuid: g for g in self._gpus}
+            gpus = []
+            for d in devices:
+                g = known.pop(d.uuid, None) or TrackedGpu(info=d)
+                g.info, g.up, g.lost, g.last_t, g.energy_raw = d, True, False, None, None
+                g.last_sample_us = 0
+                gpus.append(g)
+            for g in known.values():  # a GPU that vanished stays, down, so its series persist
+                g.up = False
+                gpus.append(g)
+            self._gpus = gpus
+            self._driver = driver.driver_version
+            self._nvml_up = True
+        log.info(
+            "%s reader up: driver %s, %d GPU(s): %s",
+            self.reader.kind,
+            driver.driver_version,
+            len(devices),
+            ", ".join(f"{d.index}={d.model} {d.uuid}" for d in devices) or "none",
+        )
+        self._retry_delay, self._warned_down = 1.0, False
+        return True
+
+    def _reader_down(self, e: ReaderError) -> None:
+        log.error("NVML went away (%s): GPUs marked down, re-initialising with backoff", e)
+        with self._lock:
+            self._nvml_up = False
+            for g in self._gpus:
+                g.up, g.last_t = False, None
+        self._retry_at = time.monotonic() + min(self._retry_delay, self.opt.nvml_retry_max)
+        self._warned_down = True
+        self._safe_close()
+
+    def _safe_close(self) -> None:
+        try:
+            self.reader.close()
+        except Exception:
+            log.debug("reader close failed", exc_info=True)
+
+    def _mark_lost(self, g: TrackedGpu, e: ReaderError) -> None:
+        if not g.lost:
+            log.error("gpu %d (%s) lost: %s; the other GPUs keep exporting", g.info.index, g.info.uuid, e)
+        g.lost, g.up, g.last_t = True, False, None
+        g.energy_raw = None
+        g.retry_at = time.monotonic() + self.opt.lost_retry
+
+    def _try_recover(self, g: TrackedGpu) -> bool:
+        if time.monotonic() < g.retry_at:
+            return False
+        i = g.info.index
+        try:
+            info = self.reader.device(i)
+            self.reader.utilization(i)
+        except ReaderError as e:
+            g.retry_at = time.monotonic() + self.opt.lost_retry
+            log.debug("gpu %d still lost: %s", i, e)
+            return False
+        if info.uuid != g.info.uuid:
+            log.warning("gpu %d came back as %s, not %s; keeping it down", i, info.uuid, g.info.uuid)
+            g.retry_at = time.monotonic() + self.opt.lost_retry
+            return False
+        g.lost = False
+        g.last_sample_us = 0
+        log.warning("gpu %d (%s) is back", i, g.info.uuid)
+        return True
+
+    # --- history rollups ----------------------------------------------------------------
+
+    def _roll_minute(self) -> None:
+        minute = int(self._wall() // 60 * 60)
+        with self._lock:
+            if self._minute is None:
+                self._minute = minute
+                for g in self._gpus:
+                    g.minute_base = g.counters.copy()
+            elif minute != self._minute:
+                self._close_minute(minute)
+
+    def _close_minute(self, next_minute: int | None) -> None:
+        """Emit each GPU's increments for the current minute (caller holds the lock)."""
+        if self._minute is None:
+            return
+        rows = []
+        for g in self._gpus:
+            row = minute_row(self._minute, g.info, g.counters, g.minute_base)
+            g.minute_base = g.counters.copy()
+            if any(v for v in row.values.values()):
+                rows.append(row)
+        self._minute = next_minute
+        if rows and self._minute_sink is not None:
+            self._minute_sink(rows)
+
+    # --- snapshot -----------------------------------------------------------------------
+
+    def _publish(self, duration: float) -> None:
+        with self._lock:
+            self._seq += 1
+            self._snapshot = Snapshot(
+                seq=self._seq,
+                taken_at=self._wall(),
+                taken_monotonic=time.monotonic(),
+                reader=self.reader.kind,
+                hostname=self.opt.hostname,
+                driver_version=self._driver,
+                nvml_up=self._nvml_up,
+                sample_duration_seconds=duration,
+                gpus=tuple(g.snapshot() for g in self._gpus),
+                reader_errors=self.errors.totals(),
+                history=self._history_stats() if self._history_stats else None,
+            )
+
+    # --- threads ------------------------------------------------------------------------
+
+    def _run_fast(self) -> None:
+        interval = self.opt.interval
+        next_at = time.monotonic() + interval
+        while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+            self.tick()
+            next_at += interval
+            if next_at < time.monotonic():  # fell behind: skip the missed ticks
+                next_at = time.monotonic() + interval
+
+    def _run_slow(self) -> None:
+        period = min(1.0, self.opt.interval)
+        while not self._stop.wait(period):
+            self.slow_tick()
+
+    def _run_xid(self) -> None:
+        while not self._stop.is_set():
+            if not self._nvml_up:
+                self._stop.wait(1.0)
+                continue
+            try:
+                events = self.reader.wait_xid(1.0)
+            except NotSupported as e:
+                log.info(
+                    "XID events cannot be watched (%s); gpuledger_gpu_xid_errors_total stays absent",
+                    e,
+                )
+                return
+            except ReaderError as e:
+                e.call = e.call or "wait_xid"
+                self.errors.count(e)
+                self._stop.wait(5.0)
+                continue
+            if events:
+                self._record_xids(events)
+
+    def _record_xids(self, events: list[XidEvent]) -> None:
+        with self._lock:
+            by_uuid = {g.info.uuid: g for g in self._gpus}
+            for ev in events:
+                uuid, xid = ev.uuid, ev.xid
+                g = by_uuid.get(uuid)
+                if g is None:
+                    log.warning("XID %d on an unknown GPU %r", xid, uuid)
+                    continue
+                g.counters.xid_errors[xid] = g.counters.xid_errors.get(xid, 0) + 1
+                log.warning("XID %d on gpu %d (%s)", xid, g.info.index, uuid)

@@ -1,0 +1,74 @@
+"""The slow lane: expensive or rarely changing reads at their own cadence, off the fast tick.
+
+On an H200 the energy counter costs ~4 ms and PCIe throughput ~21 ms per direction (it blocks
+for its sampling window); reading them every second on 8 GPUs would stretch every tick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from exporter.readers import Reader
+from exporter.tracked import ErrorBook, TrackedGpu, call
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Cadence:
+    energy: float = 10.0
+    health: float = 30.0  # power limit, ECC, remapped rows
+    pcie: float = 30.0  # 0 turns PCIe throughput off
+
+
+@dataclass(slots=True)
+class SlowReading:
+    energy_raw: float | None = None
+    energy_unsupported: bool = False
+    health: dict[str, object] = dataclasses.field(default_factory=dict)
+
+
+def due(gpu: TrackedGpu, what: str, every: float, now: float) -> bool:
+    if every < 0 or (what == "pcie" and every == 0):
+        return False
+    if now >= gpu.due.get(what, float("-inf")):
+        gpu.due[what] = now + every
+        return True
+    return False
+
+
+def read(reader: Reader, gpu: TrackedGpu, cadence: Cadence, now: float, errors: ErrorBook) -> SlowReading:
+    """Read what is due for one GPU. Raises GpuLost / ReaderUnavailable."""
+    i = gpu.info.index
+    out = SlowReading()
+    if due(gpu, "energy", cadence.energy, now) and not gpu.energy_from_power:
+        out.energy_raw = call(gpu, "energy_joules", lambda: reader.energy_joules(i), errors)
+        out.energy_unsupported = "energy_joules" in gpu.unsupported
+    if due(gpu, "health", cadence.health, now):
+        out.health["power_limit_watts"] = call(gpu, "power_limit_watts", lambda: reader.power_limit_watts(i), errors)
+        out.health["ecc"] = call(gpu, "ecc_errors", lambda: reader.ecc_errors(i), errors)
+        out.health["remapped"] = call(gpu, "remapped_rows", lambda: reader.remapped_rows(i), errors)
+    if due(gpu, "pcie", cadence.pcie, now):
+        out.health["pcie"] = call(gpu, "pcie_throughput", lambda: reader.pcie_throughput(i), errors)
+    return out
+
+
+def apply(gpu: TrackedGpu, r: SlowReading) -> None:
+    """Fold a slow reading into ``gpu`` (caller holds the sampler lock)."""
+    if r.energy_unsupported and not gpu.energy_from_power:
+        log.info("gpu %d: no energy counter; integrating power instead", gpu.info.index)
+        gpu.energy_from_power = True
+        gpu.counters.energy_joules = gpu.counters.energy_joules or 0.0
+    if r.energy_raw is not None:
+        c = gpu.counters
+        if c.energy_joules is None:
+            c.energy_joules = 0.0
+        elif gpu.energy_raw is not None and r.energy_raw >= gpu.energy_raw:
+            c.energy_joules += r.energy_raw - gpu.energy_raw
+        # a counter that went backwards (driver reload) restarts from the new value
+        gpu.energy_raw = r.energy_raw
+    if r.health:
+        fresh = {k: v for k, v in r.health.items() if v is not None}
+        gpu.health = dataclasses.replace(gpu.health, **fresh)  # type: ignore[arg-type]

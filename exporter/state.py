@@ -1,0 +1,123 @@
+"""What the sampler knows about each GPU, and the immutable snapshot that scrapes read."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+from exporter.readers import DeviceInfo, EccErrors, PcieThroughput, RemappedRows
+
+
+@dataclass(frozen=True, slots=True)
+class GpuGauges:
+    """Instantaneous readings from the last fast tick; None where the call failed or is
+    unsupported."""
+
+    utilization: float | None = None
+    memory_utilization: float | None = None
+    power_watts: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_celsius: float | None = None
+    sm_clock_hertz: float | None = None
+    memory_clock_hertz: float | None = None
+    clock_event_reasons: int | None = None
+    processes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """Readings of the slow lane (expensive or rarely changing)."""
+
+    power_limit_watts: float | None = None
+    ecc: EccErrors | None = None
+    remapped: RemappedRows | None = None
+    pcie: PcieThroughput | None = None
+
+
+@dataclass(slots=True)
+class GpuCounters:
+    """Monotonic totals since the exporter started. An activity total stays None until its
+    source first answers, so an unsupported measurement is absent rather than zero."""
+
+    sampled_seconds: float = 0.0
+    busy_seconds: float = 0.0
+    sm_active_seconds: float | None = None
+    tensor_active_seconds: float | None = None
+    dram_active_seconds: float | None = None
+    energy_joules: float | None = None
+    allocated_seconds: float = 0.0
+    allocated_idle_seconds: float = 0.0
+    clock_event_seconds: dict[str, float] = field(default_factory=dict)
+    xid_errors: dict[int, int] = field(default_factory=dict)
+
+    def copy(self) -> GpuCounters:
+        return copy.deepcopy(self)
+
+
+ROLLUP_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in fields(GpuCounters) if f.name not in ("clock_event_seconds", "xid_errors")
+)
+"""The counters that the history stores per GPU and minute."""
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteRow:
+    """One GPU's counter increments during one wall-clock minute (None: not measured)."""
+
+    minute: int  # epoch seconds at the start of the minute, UTC
+    info: DeviceInfo
+    values: Mapping[str, float | None]
+
+
+def minute_row(minute: int, info: DeviceInfo, now: GpuCounters, base: GpuCounters) -> MinuteRow:
+    values: dict[str, float | None] = {}
+    for name in ROLLUP_FIELDS:
+        a, b = getattr(now, name), getattr(base, name)
+        values[name] = None if a is None else a - (b or 0.0)
+    return MinuteRow(minute=minute, info=info, values=values)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSnapshot:
+    info: DeviceInfo
+    up: bool
+    gauges: GpuGauges
+    health: GpuHealth
+    counters: GpuCounters
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryStats:
+    rows_written: int = 0
+    write_errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    seq: int
+    taken_at: float  # wall clock, epoch seconds
+    taken_monotonic: float  # time.monotonic() when taken, for staleness
+    reader: str
+    hostname: str
+    driver_version: str
+    nvml_up: bool
+    sample_duration_seconds: float
+    gpus: tuple[GpuSnapshot, ...]
+    reader_errors: Mapping[str, int]
+    history: HistoryStats | None = None
+
+
+EMPTY = Snapshot(
+    seq=0,
+    taken_at=0.0,
+    taken_monotonic=0.0,
+    reader="",
+    hostname="",
+    driver_version="",
+    nvml_up=False,
+    sample_duration_seconds=0.0,
+    gpus=(),
+    reader_errors={},
+)

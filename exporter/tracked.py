@@ -1,0 +1,89 @@
+"""Per-GPU sampler state and the one place that turns reader errors into bookkeeping."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from exporter.readers import DeviceInfo, GpuLost, NotSupported, ReaderError, ReaderUnavailable
+from exporter.state import GpuCounters, GpuGauges, GpuHealth, GpuSnapshot
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass
+class TrackedGpu:
+    info: DeviceInfo
+    counters: GpuCounters = field(default_factory=GpuCounters)
+    gauges: GpuGauges = field(default_factory=GpuGauges)
+    health: GpuHealth = field(default_factory=GpuHealth)
+    up: bool = False
+    lost: bool = False
+    retry_at: float = 0.0  # monotonic time of the next attempt to bring a lost GPU back
+    unsupported: set[str] = field(default_factory=set)
+    # fast lane
+    last_t: float | None = None  # reader time of the last tick (None: next tick is a baseline)
+    last_sample_us: int = 0  # newest utilisation-buffer timestamp already integrated
+    last_power: float | None = None
+    energy_from_power: bool = False  # the energy counter is unsupported: integrate power
+    # slow lane
+    energy_raw: float | None = None
+    due: dict[str, float] = field(default_factory=dict)
+    # history
+    minute_base: GpuCounters = field(default_factory=GpuCounters)
+
+    def snapshot(self) -> GpuSnapshot:
+        return GpuSnapshot(
+            info=self.info,
+            up=self.up and not self.lost,
+            gauges=self.gauges,
+            health=self.health,
+            counters=self.counters.copy(),
+        )
+
+
+class ErrorBook:
+    """Counts failed reader calls by call name and logs each kind of failure once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+        self._logged: set[tuple[str, int | None, str]] = set()
+
+    def count(self, e: ReaderError) -> None:
+        with self._lock:
+            self.counts[e.call] = self.counts.get(e.call, 0) + 1
+            key = (e.call, e.gpu, type(e).__name__)
+            first = key not in self._logged
+            self._logged.add(key)
+        if first:
+            log.warning("reader call failed (counted in gpuledger_reader_errors_total): %s", e)
+
+    def totals(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+
+def call(gpu: TrackedGpu, name: str, fn: Callable[[], T], errors: ErrorBook) -> T | None:
+    """Run one reader call for ``gpu``. Unsupported calls are remembered and skipped from
+    then on; other failures are counted; ``GpuLost`` and ``ReaderUnavailable`` propagate so
+    the caller can take the GPU (or the whole reader) down."""
+    if name in gpu.unsupported:
+        return None
+    try:
+        return fn()
+    except NotSupported as e:
+        gpu.unsupported.add(name)
+        log.info("gpu %d: %s is not supported here; not asking again (%s)", gpu.info.index, name, e)
+        return None
+    except (GpuLost, ReaderUnavailable):
+        raise
+    except ReaderError as e:
+        if not e.call:
+            e.call = name
+        errors.count(e)
+        return None

@@ -1,0 +1,156 @@
+"""Shared helpers: ports, HTTP, waiting, running the exporter as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter import slowlane
+from exporter.readers.fake import FakeReader
+from exporter.sampler import Sampler, SamplerOptions
+
+REPO = Path(__file__).resolve().parents[1]
+CAPTURE = REPO / "exporter" / "captures" / "h200-phases.jsonl"
+
+
+def require_binary(name: str) -> str:
+    """Path of a binary the test needs. Outside CI a missing one skips with the reason; in CI
+    (where .ci/run installs it) a missing one fails."""
+    path = shutil.which(name)
+    if path:
+        return path
+    reason = f"{name} not installed (Debian package; .ci/run installs it)"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def http_get(
+    url: str, headers: dict[str, str] | None = None, timeout: float = 5.0, context: object = None
+) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:  # type: ignore[call-overload]
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def wait_until(pred: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if pred():
+                return True
+        except (OSError, ValueError):
+            pass
+        time.sleep(interval)
+    return False
+
+
+def make_sampler(reader: FakeReader, **kw: object) -> Sampler:
+    """A sampler whose slow lane reads everything on every slow_tick()."""
+    opts = dict(interval=1.0, hostname="testhost", cadence=slowlane.Cadence(energy=0, health=0, pcie=1e-6))
+    opts.update(kw)
+    return Sampler(reader, SamplerOptions(**opts))  # type: ignore[arg-type]
+
+
+def step(sampler: Sampler, reader: FakeReader, seconds: float = 1.0, ticks: int = 1) -> None:
+    for _ in range(ticks):
+        reader.advance(seconds)
+        sampler.tick()
+        sampler.slow_tick()
+    sampler.tick()  # publish what the slow lane folded in (zero-length interval: no accrual)
+
+
+class ExporterProcess:
+    """``python -m exporter`` as a child process on a free loopback port."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+        full_env.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "--listen", f"127.0.0.1:{self.port}", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=full_env,
+            cwd=REPO,
+        )
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        ok = wait_until(lambda: http_get(self.url + "/healthz", timeout=1)[0] == 200, timeout)
+        if not ok:
+            self.stop()
+            raise AssertionError(f"exporter did not become healthy:\n{self.output}")
+
+    def metrics(self) -> str:
+        return http_get(self.url + "/metrics")[2].decode()
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.output = self.proc.stdout.read() if self.proc.stdout else ""
+        return self.output
+
+    output = ""
+
+
+@pytest.fixture
+def exporter_process() -> Iterator[Callable[..., ExporterProcess]]:
+    started: list[ExporterProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, ready: bool = True) -> ExporterProcess:
+        p = ExporterProcess(*args, env=env)
+        started.append(p)
+        if ready:
+            p.wait_ready()
+        return p
+
+    yield start
+    for p in started:
+        p.stop()
+
+
+def parse_metrics(text: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """Parse a text exposition into {name: {sorted label items: value}}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def one(metrics: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str, **labels: str) -> float:
+    """The single value of ``name`` whose labels include ``labels``."""
+    hits = [v for k, v in metrics.get(name, {}).items() if all((a, b) in k for a, b in labels.items())]
+    assert len(hits) == 1, f"{name}{labels}: {len(hits)} matches in {json.dumps(list(metrics.get(name, {})))}"
+    return hits[0]

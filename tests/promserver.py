@@ -1,0 +1,60 @@
+"""A real Prometheus (Debian's package) started for a test, on loopback, in a temp dir."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from conftest import free_port, http_get, require_binary, wait_until
+
+
+class PrometheusServer:
+    def __init__(self, workdir: Path, targets: list[str], scrape_interval: str = "1s") -> None:
+        binary = require_binary("prometheus")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cfg = workdir / "prometheus.yml"
+        cfg.write_text(
+            "global:\n"
+            f"  scrape_interval: {scrape_interval}\n"
+            f"  scrape_timeout: {scrape_interval}\n"
+            "scrape_configs:\n"
+            "  - job_name: gpuledger\n"
+            f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
+        )
+        self.log = (workdir / "prometheus.log").open("w")
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1d",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        if not wait_until(lambda: http_get(self.url + "/-/ready", timeout=1)[0] == 200, 30):
+            self.stop()
+            raise AssertionError("prometheus did not become ready")
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": expr} | ({"time": f"{at:.3f}"} if at is not None else {})
+        code, _, body = http_get(f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout=10)
+        data = json.loads(body)
+        assert code == 200 and data["status"] == "success", data
+        result: list[dict[str, Any]] = data["data"]["result"]
+        return result
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()

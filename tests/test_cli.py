@@ -1,0 +1,157 @@
+"""The command line and configuration: exit 2 naming the field, layering, real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import CAPTURE, REPO, ExporterProcess, http_get, one, parse_metrics
+
+from exporter import config
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    import os
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "gpuledger", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=REPO,
+        timeout=timeout,
+    )
+
+
+PLAIN_PASSWORD = '[web]\nbasic_auth_users = { prom = "hunter2" }\n'
+UNKNOWN_KEY = "[exporter]\nsample_intervall = 2\n"
+BAD_TOML = "[exporter\nreader = 'nvml'\n"
+BAD_YAML = "exporter: [unclosed\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "file", "named"),
+    [
+        (["--sample-interval", "0"], {}, None, "exporter.sample_interval"),
+        (["--sample-interval", "fast"], {}, None, "exporter.sample_interval"),
+        (["--listen", "nonsense"], {}, None, "web.listen"),
+        (["--listen", "::1:80"], {}, None, "web.listen"),
+        (["--reader", "bogus"], {}, None, "exporter.reader"),
+        (["--reader", "replay:/no/such/capture.jsonl"], {}, None, "exporter.reader"),
+        (["--replay-gpus", "0"], {}, None, "replay.gpus"),
+        (["--replay-speed", "-1"], {}, None, "replay.speed"),
+        (["--log-level", "loud"], {}, None, "log_level"),
+        (["--tls-cert", "/no/cert.pem", "--tls-key", "/no/key.pem"], {}, None, "web.tls_cert_file"),
+        (["--tls-cert", str(CAPTURE)], {}, None, "tls_key_file go together"),
+        (["--history", "/proc/gpuledger/history.db"], {}, None, "history.path"),
+        ([], {"GPULEDGER_EXPORTER__PCIE_INTERVAL": "-1"}, None, "exporter.pcie_interval"),
+        ([], {"GPULEDGER_HISTORY__RETENTION_DAYS": "0"}, None, "history.retention_days"),
+        (
+            [],
+            {"GPULEDGER_EXPORTER__ALLOCATED_IDLE_BELOW": "2"},
+            None,
+            "exporter.allocated_idle_below",
+        ),
+        ([], {}, ("c.toml", PLAIN_PASSWORD), "web.basic_auth_users"),
+        ([], {}, ("c.toml", UNKNOWN_KEY), "exporter.sample_intervall: unknown setting"),
+        ([], {}, ("c.toml", BAD_TOML), "c.toml"),
+        ([], {}, ("c.yaml", BAD_YAML), "c.yaml"),
+        (["--config", "/no/such/config.toml"], {}, None, "/no/such/config.toml"),
+    ],
+)
+def test_invalid_configuration_exits_2_naming_the_field(
+    tmp_path: Path, args: list[str], env: dict[str, str], file: tuple[str, str] | None, named: str
+) -> None:
+    if file is not None:
+        path = tmp_path / file[0]
+        path.write_text(file[1])
+        args = [*args, "--config", str(path)]
+    res = run_cli("exporter", "--listen", "127.0.0.1:0", *args, env=env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert named in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_layers_defaults_file_env_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(
+        "exporter:\n  sample_interval: 3\n  energy_interval: 20\n  hostname: from-file\nweb:\n  listen: ':7001'\n"
+    )
+    monkeypatch.setenv("GPULEDGER_EXPORTER__SAMPLE_INTERVAL", "4")
+    monkeypatch.setenv("GPULEDGER_WEB__LISTEN", ":7002")
+    s = config.load(f, {"web": {"listen": ":7003"}})
+    assert s.exporter.health_interval == 30.0  # default
+    assert s.exporter.energy_interval == 20.0 and s.exporter.hostname == "from-file"  # file
+    assert s.exporter.sample_interval == 4.0  # env beats file
+    assert s.web.listen == ":7003"  # flag beats env
+    monkeypatch.setenv("GPULEDGER_CONFIG", str(f))
+    monkeypatch.delenv("GPULEDGER_EXPORTER__SAMPLE_INTERVAL")
+    assert config.load().exporter.sample_interval == 3.0  # file found through the environment
+
+
+def test_listen_forms() -> None:
+    assert config.split_listen(":10044") == ("", 10044)
+    assert config.split_listen("0.0.0.0:1") == ("0.0.0.0", 1)
+    assert config.split_listen("[::1]:9") == ("::1", 9)
+    with pytest.raises(ValueError):
+        config.split_listen("host:99999")
+
+
+def test_version_and_help() -> None:
+    res = run_cli("version")
+    assert res.returncode == 0 and res.stdout.startswith("gpuledger 0.")
+    assert run_cli().returncode == 2  # no subcommand
+    res = subprocess.run(
+        [sys.executable, "-m", "exporter", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=30,
+    )
+    assert res.returncode == 0 and "--listen" in res.stdout
+
+
+def test_without_a_driver_nvml_reader_serves_nvml_down(
+    exporter_process: Callable[..., ExporterProcess],
+) -> None:
+    p = exporter_process("--reader", "nvml")
+    m = parse_metrics(p.metrics())
+    assert one(m, "gpuledger_nvml_up") == 0.0
+    assert one(m, "gpuledger_exporter_info", reader="nvml") == 1.0
+    assert "gpuledger_gpu_up" not in m
+    out = p.stop()
+    assert out.count("NVML unavailable") == 1, out  # one clear line, not one per retry
+
+
+def test_auto_reader_replays_the_bundled_capture_without_nvidia(
+    exporter_process: Callable[..., ExporterProcess],
+) -> None:
+    p = exporter_process("--sample-interval", "0.2")
+    time.sleep(1.0)
+    m = parse_metrics(p.metrics())
+    assert one(m, "gpuledger_exporter_info", reader="replay") == 1.0
+    assert one(m, "gpuledger_gpu_info", model="NVIDIA H200") == 1.0
+    assert one(m, "gpuledger_gpu_sampled_seconds_total") > 0
+    assert http_get(p.url + "/healthz")[0] == 200
+    out = p.stop()
+    assert "replaying the bundled H200 capture" in out
+
+
+def test_sigterm_stops_cleanly_and_flushes_history(
+    tmp_path: Path, exporter_process: Callable[..., ExporterProcess]
+) -> None:
+    db = tmp_path / "h.db"
+    p = exporter_process("--reader", "replay", "--replay-gpus", "2", "--history", str(db), "--sample-interval", "0.1")
+    time.sleep(1.0)
+    p.stop()
+    assert p.proc.returncode == 0, p.output
+    import sqlite3
+
+    rows = sqlite3.connect(db).execute("SELECT count(*), sum(sampled_seconds) FROM gpu_minutes").fetchone()
+    assert rows[0] >= 2 and rows[1] > 1.0  # the partial minute of both GPUs was written on exit

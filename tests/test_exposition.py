@@ -1,0 +1,116 @@
+"""The exposition: a golden file for a fixed state, promtool on real output, the generated doc."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import time
+from collections.abc import Callable
+
+import pytest
+from conftest import REPO, ExporterProcess, make_sampler, parse_metrics, require_binary, step
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+
+from exporter import metricsdoc
+from exporter.collector import Exposition
+from exporter.metrics import METRICS
+from exporter.readers import EccErrors, GpmActivity, GpuLost, Process, RemappedRows
+from exporter.readers.fake import FakeReader
+from exporter.state import HistoryStats, Snapshot
+
+GOLDEN = REPO / "tests" / "golden" / "exposition.prom"
+
+
+def fixed_snapshot() -> Snapshot:
+    """A fake 3-GPU node in a known state: one busy with GPM, one throttled with XIDs and
+    ECC errors, one lost; a hostile hostname to exercise label escaping."""
+    r = FakeReader(3)
+    g0, g1, _ = r.gpus
+    g0.util, g0.gpm = 0.75, GpmActivity(sm=0.5, tensor=0.25, dram=0.125, sm_occupancy=0.1)
+    g0.processes = [Process(11, 2 << 30)]
+    g0.power_watts, g0.memory_used_bytes = 450.0, 2 << 30
+    g1.processes = [Process(12, 1 << 30)]
+    g1.clock_event_reasons = 0x4
+    g1.ecc = EccErrors(corrected=3, uncorrected=1)
+    g1.remapped = RemappedRows(correctable=2, uncorrectable=1, pending=True, failed=False)
+    s = make_sampler(r, hostname='node "7"\\rack\nb')
+    s._wall = lambda: 1_796_000_000.0
+    s.tick()
+    s.slow_tick()
+    step(s, r, 1.0, ticks=10)
+    r.emit_xid(1, 79)
+    s._record_xids(r.wait_xid(0.0))
+    r.fail("temperature_celsius", gpu=0, times=2)
+    r.fail("utilization", gpu=2, error=GpuLost("GPU is lost", call="utilization", gpu=2))
+    step(s, r, 1.0, ticks=2)
+    return dataclasses.replace(s.snapshot, sample_duration_seconds=0.00125, history=HistoryStats(42, 1))
+
+
+def render(snapshot: Snapshot, accept: str | None = None) -> str:
+    body, _ = Exposition(lambda: snapshot, process_metrics=False).render(accept, gzip_ok=False)
+    return body.decode()
+
+
+def test_golden_exposition() -> None:
+    text = render(fixed_snapshot())
+    if os.environ.get("GPULEDGER_UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "exposition changed; rerun with GPULEDGER_UPDATE_GOLDEN=1 and review the diff"
+
+
+def test_golden_values_are_what_the_state_implies() -> None:
+    m = parse_metrics(render(fixed_snapshot()))
+    uuid0, uuid1, uuid2 = (f"GPU-00000000-0000-0000-0000-{i:012d}" for i in range(3))
+    assert m["gpuledger_gpu_busy_seconds_total"][(("gpu", "0"), ("uuid", uuid0))] == pytest.approx(9.0)
+    assert m["gpuledger_gpu_sampled_seconds_total"][(("gpu", "0"), ("uuid", uuid0))] == pytest.approx(12.0)
+    assert m["gpuledger_gpu_up"][(("gpu", "2"), ("uuid", uuid2))] == 0.0
+    assert m["gpuledger_gpu_xid_errors_total"][(("gpu", "1"), ("uuid", uuid1), ("xid", "79"))] == 1.0
+    assert m["gpuledger_reader_errors_total"][(("call", "temperature_celsius"),)] == 2.0
+    info = next(iter(m["gpuledger_gpu_info"]))
+    assert ("hostname", 'node "7"\\rack\nb') in info  # escaped on the wire, intact after parsing
+
+
+def test_every_table_metric_appears_in_the_golden_state() -> None:
+    names = set(parse_metrics(render(fixed_snapshot())))
+    missing = [m.name for m in METRICS if m.name not in names and m.name + "_total" not in names]
+    assert not missing
+
+
+def test_openmetrics_negotiation() -> None:
+    text = render(fixed_snapshot(), accept="application/openmetrics-text; version=1.0.0")
+    assert text.endswith("# EOF\n")
+    fams = {f.name for f in parse_openmetrics(text)}  # type: ignore[no-untyped-call]
+    assert {
+        "gpuledger_gpu_busy_seconds",
+        "gpuledger_gpu",
+        "gpuledger_nvml_up",
+    } <= fams  # gpuledger_gpu: info
+
+
+def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
+    promtool = require_binary("promtool")
+    return subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+
+
+def test_promtool_accepts_the_golden_state() -> None:
+    res = promtool_check(render(fixed_snapshot()))
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_promtool_accepts_the_real_exporter_output(
+    exporter_process: Callable[..., ExporterProcess],
+) -> None:
+    p = exporter_process("--reader", "replay", "--replay-gpus", "4", "--sample-interval", "0.2")
+    assert p.proc.poll() is None
+    time.sleep(1.5)
+    text = p.metrics()
+    assert "gpuledger_gpu_busy_seconds_total" in text and "process_resident_memory_bytes" in text
+    res = promtool_check(text)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_metrics_doc_is_generated_from_the_table() -> None:
+    doc = (REPO / "docs" / "metrics.md").read_text()
+    assert doc == metricsdoc.render(), "docs/metrics.md is stale: python -m exporter.metricsdoc > docs/metrics.md"
