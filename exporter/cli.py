@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", help="debug | info | warning | error")
 
 
-_FLAGS: dict[str, tuple[str, ...]] = {
+FLAGS: dict[str, tuple[str, ...]] = {
     "listen": ("web", "listen"),
     "reader": ("exporter", "reader"),
     "sample_interval": ("exporter", "sample_interval"),
@@ -41,7 +41,7 @@ _FLAGS: dict[str, tuple[str, ...]] = {
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     """CLI flags as the nested dict the settings take (flags left out are absent)."""
     out: dict[str, Any] = {}
-    for dest, path in _FLAGS.items():
+    for dest, path in FLAGS.items():
         value = getattr(args, dest, None)
         if value is None:
             continue

@@ -1,20 +1,18 @@
-"""Scrape side: a prometheus_client collector over the latest snapshot, and a render cache.
-
-The sampler publishes at most one snapshot per tick; every scrape of the same snapshot gets
-the same bytes, rendered once per (snapshot, format, compression).
-"""
+"""Scrape side: the render cache behind /metrics, and a prometheus_client collector over the
+same snapshot (for embedding in another registry, and as the reference the renderer is tested
+against)."""
 
 from __future__ import annotations
 
 import gzip
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
+from exporter import exposition
 from exporter.metrics import METRICS, MetricDef, Value
 from exporter.state import Snapshot
 
@@ -61,31 +59,44 @@ def _add(fam: Metric, value: Value, base: tuple[str, ...]) -> None:
 
 
 class Exposition:
-    """Renders the registry for a snapshot once and serves the cached bytes after that."""
+    """Renders the latest snapshot once per (snapshot, format, compression) and serves the
+    cached bytes to every scrape after that. ``prepare`` renders ahead, in the sampler's thread,
+    the variants scraped in the last ``ahead_seconds``, so a scrape finds its bytes ready."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot], *, process_metrics: bool = True) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot], ahead_seconds: float = 300.0) -> None:
         self._snapshot = snapshot
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(snapshot))
-        if process_metrics:
-            ProcessCollector(registry=self.registry)
+        self._ahead = ahead_seconds
         self._lock = threading.Lock()
-        self._cache: dict[tuple[str, bool], tuple[int, bytes]] = {}
+        self._cache: dict[tuple[bool, bool], tuple[int, bytes]] = {}
+        self._asked: dict[tuple[bool, bool], float] = {}
 
     def render(self, accept: str | None, gzip_ok: bool) -> tuple[bytes, str]:
         """(body, content type) for a scrape with this Accept header."""
-        encoder, content_type = choose_encoder(accept or "")
-        key = (content_type, gzip_ok)
-        seq = self._snapshot().seq
+        om = wants_openmetrics(accept)
+        key = (om, gzip_ok)
+        self._asked[key] = time.monotonic()
+        snap = self._snapshot()
         hit = self._cache.get(key)
-        if hit is not None and hit[0] == seq:
-            return hit[1], content_type
+        if hit is None or hit[0] != snap.seq:
+            with self._lock:
+                hit = self._cache.get(key)
+                if hit is None or hit[0] != snap.seq:
+                    hit = self._cache[key] = (snap.seq, _encode(snap, om, gzip_ok))
+        return hit[1], exposition.OPENMETRICS if om else exposition.TEXT
+
+    def prepare(self, snap: Snapshot) -> None:
+        """Render ``snap`` in every variant scraped recently (called after each sampling round)."""
+        now = time.monotonic()
         with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None and hit[0] == seq:
-                return hit[1], content_type
-            body = encoder(self.registry)
-            if gzip_ok:
-                body = gzip.compress(body, compresslevel=5)
-            self._cache[key] = (seq, body)
-        return body, content_type
+            for key, asked in list(self._asked.items()):
+                if now - asked <= self._ahead:
+                    self._cache[key] = (snap.seq, _encode(snap, *key))
+
+
+def _encode(snap: Snapshot, om: bool, gzip_ok: bool) -> bytes:
+    body = exposition.render(snap, openmetrics=om)
+    return gzip.compress(body, compresslevel=5) if gzip_ok else body
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    return any(part.strip().startswith("application/openmetrics-text") for part in (accept or "").split(","))

@@ -42,7 +42,7 @@ class _Section(BaseModel):
 
 
 class ExporterSettings(_Section):
-    reader: str = Field("auto", description="auto | nvml | replay | replay:PATH")
+    reader: str = Field("auto", description="auto, nvml, replay or replay:PATH (see Readers)")
     sample_interval: float = Field(1.0, ge=0.05, le=60, description="seconds between fast samples")
     energy_interval: float = Field(10.0, ge=0, le=3600, description="seconds between energy-counter reads")
     health_interval: float = Field(

@@ -71,7 +71,9 @@ class Exporter:
             ),
             minute_sink=self.history.submit if self.history else None,
             history_stats=self.history.stats if self.history else None,
+            on_snapshot=lambda snap: self.exposition.prepare(snap),
         )
+        self.exposition = Exposition(lambda: self.sampler.snapshot)
         host, port = split_listen(s.web.listen)
         web = WebOptions(
             host=host,
@@ -82,7 +84,7 @@ class Exporter:
             stale_after=s.exporter.stale_after,
         )
         try:
-            self.server = MetricsServer(web, lambda: self.sampler.snapshot, Exposition(lambda: self.sampler.snapshot))
+            self.server = MetricsServer(web, lambda: self.sampler.snapshot, self.exposition)
         except ssl.SSLError as e:
             raise ConfigError(f"web.tls_cert_file / web.tls_key_file: cannot load the certificate: {e}") from e
 
@@ -124,10 +126,10 @@ class Exporter:
             self.history.stop()
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, reader: Reader | None = None) -> int:
     """Run until SIGTERM or SIGINT. Returns the process exit code."""
     try:
-        exp = Exporter(settings)
+        exp = Exporter(settings, reader)
     except OSError as e:
         log.error("cannot listen on %s: %s", settings.web.listen, e.strerror or e)
         return 1

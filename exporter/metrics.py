@@ -73,6 +73,10 @@ def _exp(
     return MetricDef(name, kind, unit, help, labels, source, False, lambda s, g: fn(s))
 
 
+def _proc(s: Snapshot, field: str) -> float | None:
+    return None if s.process is None else float(getattr(s.process, field))
+
+
 def _flag(v: object) -> float | None:
     return None if v is None else float(bool(v))
 
@@ -124,6 +128,18 @@ METRICS: tuple[MetricDef, ...] = (
          "history", lambda s: None if s.history is None else float(s.history.rows_written)),
     _exp("gpuledger_history_write_errors_total", "counter", "", "Failed history transactions (rows kept, retried).",
          "history", lambda s: None if s.history is None else float(s.history.write_errors)),
+    _exp("process_cpu_seconds_total", "counter", "seconds", "Total user and system CPU time spent in seconds.",
+         "/proc/self/stat", lambda s: _proc(s, "cpu_seconds")),
+    _exp("process_resident_memory_bytes", "gauge", "bytes", "Resident memory size in bytes.",
+         "/proc/self/stat", lambda s: _proc(s, "resident_bytes")),
+    _exp("process_virtual_memory_bytes", "gauge", "bytes", "Virtual memory size in bytes.",
+         "/proc/self/stat", lambda s: _proc(s, "virtual_bytes")),
+    _exp("process_start_time_seconds", "gauge", "seconds", "Start time of the process since unix epoch in seconds.",
+         "/proc/self/stat", lambda s: _proc(s, "start_time_seconds")),
+    _exp("process_open_fds", "gauge", "", "Number of open file descriptors.",
+         "/proc/self/fd", lambda s: _proc(s, "open_fds")),
+    _exp("process_max_fds", "gauge", "", "Maximum number of open file descriptors.",
+         "getrlimit(RLIMIT_NOFILE)", lambda s: _proc(s, "max_fds")),
     # --- identity and health ------------------------------------------------------------------------------------
     MetricDef("gpuledger_gpu_info", "info", "", "GPU identity; always 1.",
               ("gpu", "uuid", "model", "pci_bus_id", "driver_version", "hostname"),

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from exporter import fastlane, slowlane
+from exporter import fastlane, process, slowlane
 from exporter.readers import GpuLost, NotSupported, Reader, ReaderError, ReaderUnavailable, XidEvent
 from exporter.state import EMPTY, HistoryStats, MinuteRow, Snapshot, minute_row
 from exporter.tracked import ErrorBook, TrackedGpu
@@ -41,6 +41,7 @@ class Sampler:
         *,
         minute_sink: MinuteSink | None = None,
         history_stats: Callable[[], HistoryStats] | None = None,
+        on_snapshot: Callable[[Snapshot], None] | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.reader = reader
@@ -48,6 +49,7 @@ class Sampler:
         self.errors = ErrorBook()
         self._minute_sink = minute_sink
         self._history_stats = history_stats
+        self._on_snapshot = on_snapshot
         self._wall = wall
         self._lock = threading.Lock()
         self._gpus: list[TrackedGpu] = []
@@ -280,7 +282,13 @@ class Sampler:
                 gpus=tuple(g.snapshot() for g in self._gpus),
                 reader_errors=self.errors.totals(),
                 history=self._history_stats() if self._history_stats else None,
+                process=process.read(),
             )
+        if self._on_snapshot is not None:
+            try:
+                self._on_snapshot(self._snapshot)
+            except Exception:
+                log.exception("rendering ahead failed; scrapes will render themselves")
 
     # --- threads ------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
+from exporter.process import ProcessStats
 from exporter.readers import DeviceInfo, EccErrors, PcieThroughput, RemappedRows
 
 
@@ -107,6 +108,7 @@ class Snapshot:
     gpus: tuple[GpuSnapshot, ...]
     reader_errors: Mapping[str, int]
     history: HistoryStats | None = None
+    process: ProcessStats | None = None
 
 
 EMPTY = Snapshot(

@@ -77,6 +77,7 @@ class BasicAuth:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
     server: MetricsServer
 
     def do_GET(self) -> None:

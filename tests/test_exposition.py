@@ -10,11 +10,15 @@ from collections.abc import Callable
 
 import pytest
 from conftest import REPO, ExporterProcess, make_sampler, parse_metrics, require_binary, step
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.registry import CollectorRegistry
 
-from exporter import metricsdoc
-from exporter.collector import Exposition
+from exporter import exposition
+from exporter.collector import Exposition, SnapshotCollector
 from exporter.metrics import METRICS
+from exporter.process import ProcessStats
 from exporter.readers import EccErrors, GpmActivity, GpuLost, Process, RemappedRows
 from exporter.readers.fake import FakeReader
 from exporter.state import HistoryStats, Snapshot
@@ -44,11 +48,19 @@ def fixed_snapshot() -> Snapshot:
     r.fail("temperature_celsius", gpu=0, times=2)
     r.fail("utilization", gpu=2, error=GpuLost("GPU is lost", call="utilization", gpu=2))
     step(s, r, 1.0, ticks=2)
-    return dataclasses.replace(s.snapshot, sample_duration_seconds=0.00125, history=HistoryStats(42, 1))
+    proc = ProcessStats(
+        cpu_seconds=1.5,
+        resident_bytes=40 << 20,
+        virtual_bytes=400 << 20,
+        start_time_seconds=1_795_999_000.0,
+        open_fds=12,
+        max_fds=1024,
+    )
+    return dataclasses.replace(s.snapshot, sample_duration_seconds=0.00125, history=HistoryStats(42, 1), process=proc)
 
 
 def render(snapshot: Snapshot, accept: str | None = None) -> str:
-    body, _ = Exposition(lambda: snapshot, process_metrics=False).render(accept, gzip_ok=False)
+    body, _ = Exposition(lambda: snapshot).render(accept, gzip_ok=False)
     return body.decode()
 
 
@@ -76,6 +88,14 @@ def test_every_table_metric_appears_in_the_golden_state() -> None:
     names = set(parse_metrics(render(fixed_snapshot())))
     missing = [m.name for m in METRICS if m.name not in names and m.name + "_total" not in names]
     assert not missing
+
+
+def test_renderer_is_byte_identical_to_prometheus_client() -> None:
+    snap = fixed_snapshot()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: snap))
+    assert exposition.render(snap) == generate_latest(registry)
+    assert exposition.render(snap, openmetrics=True) == generate_openmetrics(registry)  # type: ignore[no-untyped-call]
 
 
 def test_openmetrics_negotiation() -> None:
@@ -109,8 +129,3 @@ def test_promtool_accepts_the_real_exporter_output(
     assert "gpuledger_gpu_busy_seconds_total" in text and "process_resident_memory_bytes" in text
     res = promtool_check(text)
     assert res.returncode == 0, res.stdout + res.stderr
-
-
-def test_metrics_doc_is_generated_from_the_table() -> None:
-    doc = (REPO / "docs" / "metrics.md").read_text()
-    assert doc == metricsdoc.render(), "docs/metrics.md is stale: python -m exporter.metricsdoc > docs/metrics.md"

@@ -1,0 +1,114 @@
+"""Generate docs/configuration.md from the settings model:
+``python -m exporter.configdoc > docs/configuration.md`` (a test fails when the file is stale)."""
+
+from __future__ import annotations
+
+import sys
+
+from pydantic import BaseModel
+
+from exporter.cli import FLAGS
+from exporter.config import DEFAULT_PORT, ENV_PREFIX, Settings
+
+INTRO = f"""# Configuration
+
+Every setting can come from four places; a later one wins:
+**defaults** < **config file** (`--config FILE` or `GPULEDGER_CONFIG`; TOML, or YAML by its
+`.yaml`/`.yml` suffix) < **environment** (`{ENV_PREFIX}SECTION__KEY`) < **command-line flags**.
+An invalid value stops the exporter with exit code 2 and a message naming the field, e.g.
+
+```
+gpuledger exporter: invalid configuration:
+  exporter.sample_interval: Input should be greater than or equal to 0.05 (got '0'); set by ...
+```
+
+## Example (`examples/gpuledger.toml`)
+
+```toml
+[exporter]
+reader = "nvml"            # auto | nvml | replay | replay:/path/capture.jsonl
+sample_interval = 1.0
+
+[web]
+listen = ":{DEFAULT_PORT}"
+# tls_cert_file = "/etc/gpuledger/tls.crt"
+# tls_key_file = "/etc/gpuledger/tls.key"
+# basic_auth_users = {{ prometheus = "$2b$12$..." }}   # bcrypt hashes only
+
+[history]
+path = "/var/lib/gpuledger/history.db"
+retention_days = 400
+```
+
+## Port
+
+The default port is **{DEFAULT_PORT}**. Prometheus' list of default port allocations has no free
+number left in 9100-9999, and {DEFAULT_PORT} was not on it when we checked (2026-11). Change it with
+`--listen HOST:PORT` (`:PORT` listens on every address, IPv6 and IPv4).
+
+## Readers
+
+- `auto` (default): NVML when the NVIDIA library is installed; on a machine without it, the bundled
+  H200 capture is replayed and `gpuledger_exporter_info{{reader="replay"}}` says so. A machine
+  whose library exists but whose driver fails stays on NVML with `gpuledger_nvml_up 0`.
+  Deployments on GPU nodes should say `nvml` so a broken driver mount can never fall back to a demo.
+- `nvml`: real GPUs.
+- `replay` / `replay:PATH`: a recorded capture (format: `exporter/captures/README.md`), with the
+  `[replay]` settings below. The embedded history stays off for replays unless a path is given,
+  so demo data never lands in a real history file.
+
+## TLS and basic auth
+
+`tls_cert_file` + `tls_key_file` (PEM) switch the endpoint to HTTPS (TLS 1.2+). `basic_auth_users`
+maps user names to **bcrypt hashes** (plain passwords are refused), as in Prometheus'
+exporter-toolkit web config; make one with
+`python -c 'import bcrypt,getpass; print(bcrypt.hashpw(getpass.getpass().encode(), bcrypt.gensalt()).decode())'`.
+`/healthz` needs no credentials (probes); `/` and `/metrics` do.
+
+## History durability
+
+The history is SQLite in WAL mode with `synchronous=NORMAL`, one transaction per minute: a killed
+process loses at most the minute in memory and never corrupts the file; a power cut can also lose
+the last committed minutes, never the file. Rows that fail to write (disk full) are kept in memory
+(up to 200,000) and retried at the next minute; `gpuledger_history_write_errors_total` counts it.
+
+## Reference
+"""
+
+
+def _default(field: object) -> str:
+    f = field  # pydantic FieldInfo
+    factory = getattr(f, "default_factory", None)
+    if factory is not None:
+        return "(this host's name)" if "hostname" in getattr(factory, "__name__", "") else "none"
+    value = getattr(f, "default", None)
+    if value is None:
+        return "—"
+    return f"`{str(value).lower() if isinstance(value, bool) else value}`"
+
+
+def render() -> str:
+    flags = {".".join(path): "--" + dest.replace("_", "-") for dest, path in FLAGS.items()}
+    flags["history.enabled"] = "--no-history"
+    out = [INTRO]
+    for section, field in Settings.model_fields.items():
+        model = field.annotation
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            env = f"{ENV_PREFIX}{section.upper()}"
+            out.append(
+                f"\n### top level\n\n| key | default | env | flag | meaning |\n|---|---|---|---|---|\n"
+                f"| `{section}` | {_default(field)} | `{env}` | `{flags.get(section, '—')}` | "
+                "debug, info, warning or error |\n"
+            )
+            continue
+        out.append(f"\n### [{section}]\n\n| key | default | env | flag | meaning |\n|---|---|---|---|---|\n")
+        for name, f in model.model_fields.items():
+            key = f"{section}.{name}"
+            env = f"{ENV_PREFIX}{section.upper()}__{name.upper()}"
+            flag = f"`{flags[key]}`" if key in flags else "—"
+            out.append(f"| `{name}` | {_default(f)} | `{env}` | {flag} | {f.description or ''} |\n")
+    return "".join(out)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())
