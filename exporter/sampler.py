@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from exporter import fastlane, process, slowlane
 from exporter.readers import GpuLost, NotSupported, Reader, ReaderError, ReaderUnavailable, XidEvent
@@ -20,6 +21,7 @@ from exporter.tracked import ErrorBook, TrackedGpu
 log = logging.getLogger(__name__)
 
 MinuteSink = Callable[[list[MinuteRow]], None]
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,21 +115,7 @@ class Sampler:
         now = self.reader.now()
         with self._lock:
             gpus = [g for g in self._gpus if g.up and not g.lost]
-        for g in gpus:
-            try:
-                r = slowlane.read(self.reader, g, self.opt.cadence, now, self.errors)
-            except GpuLost as e:
-                with self._lock:
-                    self._mark_lost(g, e)
-                continue
-            except ReaderUnavailable as e:
-                self._reader_down(e)
-                return
-            except Exception:
-                log.exception("slow lane failed on gpu %d", g.info.index)
-                continue
-            with self._lock:
-                slowlane.apply(g, r)
+        self._each(gpus, lambda g: slowlane.read(self.reader, g, self.opt.cadence, now, self.errors), slowlane.apply)
 
     # --- fast lane ----------------------------------------------------------------------
 
@@ -136,11 +124,22 @@ class Sampler:
             return
         self._roll_minute()
         max_gap = self.opt.gap_factor * self.opt.interval * self.reader.time_scale
-        for g in list(self._gpus):
-            if g.lost and not self._try_recover(g):
-                continue
+
+        def fold(g: TrackedGpu, r: fastlane.FastReading) -> None:
+            g.up = r.busy is not None
+            fastlane.integrate(g, r, max_gap=max_gap, idle_below=self.opt.idle_below)
+
+        gpus = [g for g in list(self._gpus) if not g.lost or self._try_recover(g)]
+        self._each(gpus, lambda g: fastlane.read(self.reader, g, self.errors), fold)
+
+    def _each(
+        self, gpus: list[TrackedGpu], read: Callable[[TrackedGpu], R], fold: Callable[[TrackedGpu, R], None]
+    ) -> None:
+        """Read each GPU outside the lock, fold the reading in under it. A lost GPU goes down
+        alone; an unavailable reader ends the round; a bug on one GPU spares the others."""
+        for g in gpus:
             try:
-                r = fastlane.read(self.reader, g, self.errors)
+                r = read(g)
             except GpuLost as e:
                 with self._lock:
                     self._mark_lost(g, e)
@@ -148,9 +147,11 @@ class Sampler:
             except ReaderUnavailable as e:
                 self._reader_down(e)
                 return
+            except Exception:
+                log.exception("sampler tick failed on gpu %d; carrying on", g.info.index)
+                continue
             with self._lock:
-                g.up = r.busy is not None
-                fastlane.integrate(g, r, max_gap=max_gap, idle_below=self.opt.idle_below)
+                fold(g, r)
 
     def _try_open(self) -> bool:
         mono = time.monotonic()
@@ -268,6 +269,7 @@ class Sampler:
     # --- snapshot -----------------------------------------------------------------------
 
     def _publish(self, duration: float) -> None:
+        proc = process.read()
         with self._lock:
             self._seq += 1
             self._snapshot = Snapshot(
@@ -282,7 +284,7 @@ class Sampler:
                 gpus=tuple(g.snapshot() for g in self._gpus),
                 reader_errors=self.errors.totals(),
                 history=self._history_stats() if self._history_stats else None,
-                process=process.read(),
+                process=proc,
             )
         if self._on_snapshot is not None:
             try:

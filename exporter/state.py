@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
@@ -54,7 +54,9 @@ class GpuCounters:
     xid_errors: dict[int, int] = field(default_factory=dict)
 
     def copy(self) -> GpuCounters:
-        return copy.deepcopy(self)
+        return dataclasses.replace(
+            self, clock_event_seconds=dict(self.clock_event_seconds), xid_errors=dict(self.xid_errors)
+        )
 
 
 ROLLUP_FIELDS: tuple[str, ...] = tuple(

@@ -168,6 +168,7 @@ class FakeNvml:
         pass
 
     def nvmlDeviceRegisterEvents(self, h: int, kinds: int, s: str) -> None:
+        self._check("nvmlDeviceRegisterEvents")
         if self._h(h) == 1:
             raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
 

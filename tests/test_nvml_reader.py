@@ -103,6 +103,17 @@ def test_xid_events_skip_devices_without_support_and_time_out_quietly() -> None:
     assert r.wait_xid(0.01) == [XidEvent(uuid=r.devices()[0].uuid, xid=79)]
 
 
+def test_xid_watch_without_any_capable_gpu_is_not_supported_and_keeps_nothing() -> None:
+    fake, r = opened()
+    fake.fail["nvmlDeviceRegisterEvents"] = real.NVML_ERROR_NOT_SUPPORTED
+    with pytest.raises(NotSupported):
+        r.wait_xid(0.01)
+    del fake.fail["nvmlDeviceRegisterEvents"]
+    fake.events.append((0, 48))
+    assert r.wait_xid(0.01) == [XidEvent(uuid=r.devices()[0].uuid, xid=48)]  # registered afresh
+    r.close()
+
+
 def test_sampler_runs_on_the_nvml_reader() -> None:
     fake, r = opened(gpus=2)
     s = make_sampler(r)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ threads. Every NVML error is translated into the reader errors of ``base``.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -61,6 +62,7 @@ class NvmlReader:
         self._gpm_samples: dict[int, tuple[Any, Any, bool]] = {}
         self._events: Any = None
         self._events_uuids: set[str] = set()
+        self._events_lock = threading.Lock()  # close() must not free the set under a waiter
 
     @property
     def n(self) -> Any:
@@ -95,10 +97,12 @@ class NvmlReader:
                 with contextlib.suppress(n.NVMLError):
                     n.nvmlGpmSampleFree(s)
         self._gpm_samples = {}
-        if self._events is not None:
-            with contextlib.suppress(n.NVMLError):
-                n.nvmlEventSetFree(self._events)
-            self._events = None
+        with self._events_lock:
+            if self._events is not None:
+                with contextlib.suppress(n.NVMLError):
+                    n.nvmlEventSetFree(self._events)
+                self._events = None
+                self._events_uuids = set()
         with contextlib.suppress(n.NVMLError):
             n.nvmlShutdown()
 
@@ -239,14 +243,15 @@ class NvmlReader:
 
     def wait_xid(self, timeout_seconds: float) -> list[XidEvent]:
         n = self.n
-        if self._events is None:
-            self._register_events()
-        try:
-            data = n.nvmlEventSetWait_v2(self._events, max(1, int(timeout_seconds * 1000)))
-        except n.NVMLError as e:
-            if e.value == n.NVML_ERROR_TIMEOUT:
-                return []
-            raise self._translate(e, "wait_xid", None) from e
+        with self._events_lock:
+            if self._events is None:
+                self._register_events()
+            try:
+                data = n.nvmlEventSetWait_v2(self._events, max(1, int(timeout_seconds * 1000)))
+            except n.NVMLError as e:
+                if e.value == n.NVML_ERROR_TIMEOUT:
+                    return []
+                raise self._translate(e, "wait_xid", None) from e
         if not data.eventType & n.nvmlEventTypeXidCriticalError:
             return []
         try:
@@ -256,17 +261,26 @@ class NvmlReader:
         return [XidEvent(uuid=uuid, xid=int(data.eventData))]
 
     def _register_events(self) -> None:
+        """Create the event set and register every GPU that can report XIDs (caller holds
+        the events lock). On failure nothing is kept, so the next call starts over."""
         n = self.n
-        self._events = self._call("wait_xid", None, n.nvmlEventSetCreate)
-        for i, h in enumerate(self._handles):
-            try:
-                n.nvmlDeviceRegisterEvents(h, n.nvmlEventTypeXidCriticalError, self._events)
-                self._events_uuids.add(_text(n.nvmlDeviceGetUUID(h)))
-            except n.NVMLError as e:
-                if e.value not in (n.NVML_ERROR_NOT_SUPPORTED, n.NVML_ERROR_NO_PERMISSION):
-                    raise self._translate(e, "wait_xid", i) from e
-        if not self._events_uuids:
-            raise NotSupported("no GPU supports XID events", call="wait_xid")
+        events = self._call("wait_xid", None, n.nvmlEventSetCreate)
+        uuids: set[str] = set()
+        try:
+            for i, h in enumerate(self._handles):
+                try:
+                    n.nvmlDeviceRegisterEvents(h, n.nvmlEventTypeXidCriticalError, events)
+                    uuids.add(_text(n.nvmlDeviceGetUUID(h)))
+                except n.NVMLError as e:
+                    if e.value not in (n.NVML_ERROR_NOT_SUPPORTED, n.NVML_ERROR_NO_PERMISSION):
+                        raise self._translate(e, "wait_xid", i) from e
+            if not uuids:
+                raise NotSupported("no GPU supports XID events", call="wait_xid")
+        except ReaderError:
+            with contextlib.suppress(n.NVMLError):
+                n.nvmlEventSetFree(events)
+            raise
+        self._events, self._events_uuids = events, uuids
 
     # --- helpers ------------------------------------------------------------------------
 
