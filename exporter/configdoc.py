@@ -43,8 +43,10 @@ retention_days = 400
 ## Port
 
 The default port is **{DEFAULT_PORT}**. Prometheus' list of default port allocations has no free
-number left in 9100-9999, and {DEFAULT_PORT} was not on it when we checked (2026-11). Change it with
-`--listen HOST:PORT` (`:PORT` listens on every address, IPv6 and IPv4).
+number left in 9100-9999; {DEFAULT_PORT} lies outside that range and in none of the allocations we
+found in public copies of the list (2026-11); it is not a Kubernetes port (10250-10259) either.
+The full wiki page could not be read from here, so check it before you register the number. Change
+it with `--listen HOST:PORT` (`:PORT` listens on every address, IPv6 and IPv4).
 
 ## Readers
 
