@@ -27,8 +27,8 @@ from pydantic_settings import (
 
 DEFAULT_PORT = 10044
 """Prometheus' default-port list has no free number left in 9100-9999; 10044 is outside that
-range and in none of the allocations we found in public copies of the list (2026-11), nor an
-IANA-registered or Kubernetes port. Change it with --listen."""
+range and in none of the allocations we found in public copies of the list (2026-11), and it is
+not a Kubernetes port (10250-10259). Change it with --listen."""
 
 ENV_PREFIX = "GPULEDGER_"
 _BCRYPT = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
