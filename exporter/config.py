@@ -128,6 +128,55 @@ class ReplaySettings(_Section):
     stagger: bool = Field(True, description="spread the GPUs over the capture's phases")
 
 
+class BenchSettings(_Section):
+    enabled: bool | None = Field(
+        None, description="run benchmark rounds; default: with the nvml reader when torch is installed"
+    )
+    cron: str = Field("0 4 * * *", description="when to run (crontab: minute hour day month weekday)")
+    interval: float | None = Field(None, gt=0, description="seconds between rounds; replaces cron when set")
+    timezone: str | None = Field(None, description="time zone of the cron expression (default: the host's)")
+    run_at_start: bool = Field(False, description="also run once, as soon as the idle window has been observed")
+    idle_window: float = Field(600.0, ge=0, description="seconds the GPUs must have been idle before a round")
+    idle_below: float = Field(0.05, ge=0, le=1, description="utilisation under which a GPU counts as idle")
+    timeout: float = Field(600.0, gt=0, description="seconds after which a round is killed")
+    benches: list[str] = Field(
+        ["allreduce", "train", "matmul", "memcpy"], min_length=1, description="which benchmarks a round runs"
+    )
+    quick: bool = Field(False, description="smaller sizes and fewer steps")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            CronTrigger.from_crontab(v)
+        except ValueError as e:
+            raise ValueError(f"not a crontab expression ({e})") from None
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str | None) -> str | None:
+        if v is not None:
+            import zoneinfo
+
+            try:
+                zoneinfo.ZoneInfo(v)
+            except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"unknown time zone {v!r}") from None
+        return v
+
+    @field_validator("benches")
+    @classmethod
+    def _benches(cls, v: list[str]) -> list[str]:
+        known = ("allreduce", "train", "matmul", "memcpy")
+        bad = [b for b in v if b not in known]
+        if bad:
+            raise ValueError(f"unknown benchmark(s) {bad}; choose from {list(known)}")
+        return v
+
+
 _file_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "gpuledger_config_file", default=None
 )
@@ -154,6 +203,7 @@ class Settings(BaseSettings):
     web: WebSettings = Field(default_factory=WebSettings)  # type: ignore[arg-type]
     history: HistorySettings = Field(default_factory=HistorySettings)  # type: ignore[arg-type]
     replay: ReplaySettings = Field(default_factory=ReplaySettings)  # type: ignore[arg-type]
+    bench: BenchSettings = Field(default_factory=BenchSettings)  # type: ignore[arg-type]
 
     @classmethod
     def settings_customise_sources(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import signal
 import sqlite3
@@ -10,6 +11,8 @@ import threading
 from types import FrameType
 
 from exporter import __version__, slowlane
+from exporter.benchmarks.scheduler import BenchScheduler
+from exporter.benchmarks.state import BenchState
 from exporter.collector import Exposition
 from exporter.config import ConfigError, Settings, default_history_path, split_listen
 from exporter.history import HistoryError, HistoryWriter
@@ -55,6 +58,9 @@ class Exporter:
         self.settings = s = settings
         self.reader = reader or build_reader(s)
         self.history = self._history()
+        self.bench_state = BenchState(s.bench.benches) if self._bench_enabled() else None
+        if self.bench_state is not None and self.history is not None:
+            self.bench_state.restore(self.history.bench_records())
         self.sampler = Sampler(
             self.reader,
             SamplerOptions(
@@ -68,12 +74,15 @@ class Exporter:
                 ),
                 lost_retry=s.exporter.lost_gpu_retry,
                 nvml_retry_max=s.exporter.nvml_retry_max,
+                gate_below=s.bench.idle_below,
             ),
             minute_sink=self.history.submit if self.history else None,
             history_stats=self.history.stats if self.history else None,
+            bench_state=self.bench_state.snapshot if self.bench_state else None,
             on_snapshot=lambda snap: self.exposition.prepare(snap),
         )
         self.exposition = Exposition(lambda: self.sampler.snapshot)
+        self.bench = BenchScheduler(s.bench, self.sampler, self.bench_state, self.history) if self.bench_state else None
         host, port = split_listen(s.web.listen)
         web = WebOptions(
             host=host,
@@ -87,6 +96,16 @@ class Exporter:
             self.server = MetricsServer(web, lambda: self.sampler.snapshot, self.exposition)
         except ssl.SSLError as e:
             raise ConfigError(f"web.tls_cert_file / web.tls_key_file: cannot load the certificate: {e}") from e
+
+    def _bench_enabled(self) -> bool:
+        """Benchmarks run where asked; by default only on real GPUs with torch installed (found
+        without importing it: the daemon never imports torch)."""
+        enabled = self.settings.bench.enabled
+        if enabled is None:
+            enabled = self.reader.kind == "nvml" and importlib.util.find_spec("torch") is not None
+            if self.reader.kind == "nvml" and not enabled:
+                log.info("benchmarks off: torch is not installed (pip install 'gpuledger[bench]')")
+        return enabled
 
     def _history(self) -> HistoryWriter | None:
         h = self.settings.history
@@ -109,6 +128,8 @@ class Exporter:
         if self.history:
             self.history.start()
         self.sampler.start()
+        if self.bench:
+            self.bench.start()
         serve(self.server)
         log.info(
             "gpuledger exporter %s serving %s/metrics (reader %s, history %s)",
@@ -121,6 +142,8 @@ class Exporter:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        if self.bench:
+            self.bench.stop()
         self.sampler.stop()
         if self.history:
             self.history.stop()

@@ -21,7 +21,7 @@ from exporter.state import ROLLUP_FIELDS, HistoryStats, MinuteRow
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAX_PENDING_ROWS = 200_000  # rows kept in memory while the file cannot be written
 
 _MIGRATIONS: dict[int, str] = {
@@ -43,7 +43,34 @@ _MIGRATIONS: dict[int, str] = {
     ) WITHOUT ROWID;
     CREATE INDEX gpu_minutes_by_minute ON gpu_minutes (minute);
     """,
+    2: """
+    CREATE TABLE bench_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        finished REAL NOT NULL,
+        bench TEXT NOT NULL,
+        result TEXT NOT NULL,
+        duration REAL,
+        backend TEXT NOT NULL,
+        world_size INTEGER NOT NULL,
+        data TEXT
+    );
+    CREATE INDEX bench_runs_by_bench ON bench_runs (bench, finished);
+    """,
 }
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """One benchmark of one round: result ok, failed, timeout or skipped_busy; data is the
+    result as JSON or the error text."""
+
+    finished: float  # wall clock, epoch seconds
+    bench: str
+    result: str
+    duration: float | None
+    backend: str
+    world_size: int
+    data: str | None
 
 
 class HistoryError(RuntimeError):
@@ -101,6 +128,32 @@ _UPSERT_GPU = (
 )
 
 
+def write_bench(db: sqlite3.Connection, records: Iterable[BenchRecord]) -> int:
+    records = list(records)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.executemany(
+            "INSERT INTO bench_runs (finished, bench, result, duration, backend, world_size, data) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(r.finished, r.bench, r.result, r.duration, r.backend, r.world_size, r.data) for r in records],
+        )
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return len(records)
+
+
+def bench_records(db: sqlite3.Connection, since: float = 0.0) -> list[BenchRecord]:
+    """Benchmark records in time order (for restoring state and for trends)."""
+    rows = db.execute(
+        "SELECT finished, bench, result, duration, backend, world_size, data FROM bench_runs "
+        "WHERE finished >= ? ORDER BY finished, id",
+        (since,),
+    )
+    return [BenchRecord(*r) for r in rows]
+
+
 def write_rows(db: sqlite3.Connection, rows: Iterable[MinuteRow], hostname: str) -> int:
     """Write rows in one transaction; a minute written twice (a restart inside a minute) adds up."""
     rows = list(rows)
@@ -150,7 +203,8 @@ def totals(db: sqlite3.Connection, start: int, end: int) -> dict[str, GpuTotals]
 
 
 class HistoryWriter:
-    """Takes minute rows from the sampler and commits them in a background thread."""
+    """Takes minute rows from the sampler and benchmark records from the scheduler, and commits
+    them in a background thread."""
 
     def __init__(
         self,
@@ -165,8 +219,9 @@ class HistoryWriter:
         self.retention_seconds = retention_days * 86400
         self._clock = clock
         self._db = connect(self.path)  # fail early: a bad path is a start-up error
-        self._queue: queue.Queue[list[MinuteRow] | None] = queue.Queue()
+        self._queue: queue.Queue[list[MinuteRow] | list[BenchRecord] | None] = queue.Queue()
         self._pending: list[MinuteRow] = []
+        self._pending_bench: list[BenchRecord] = []
         self._rows_written = 0
         self._errors = 0
         self._pruned_at = 0.0
@@ -174,6 +229,13 @@ class HistoryWriter:
 
     def submit(self, rows: list[MinuteRow]) -> None:
         self._queue.put(rows)
+
+    def submit_bench(self, records: list[BenchRecord]) -> None:
+        self._queue.put(records)
+
+    def bench_records(self, since: float = 0.0) -> list[BenchRecord]:
+        """What earlier runs recorded (read before start(); the writer thread owns the connection)."""
+        return bench_records(self._db, since)
 
     def stats(self) -> HistoryStats:
         return HistoryStats(rows_written=self._rows_written, write_errors=self._errors)
@@ -204,7 +266,7 @@ class HistoryWriter:
             if self._clock() - self._pruned_at > 3600:
                 self._prune()
 
-    def _drain(self, *items: list[MinuteRow] | None) -> bool:
+    def _drain(self, *items: list[MinuteRow] | list[BenchRecord] | None) -> bool:
         """Move queued rows to pending; True when the stop sentinel was among them."""
         stopping = False
         batch = list(items)
@@ -217,13 +279,20 @@ class HistoryWriter:
             if item is None:
                 stopping = True
             else:
-                self._pending.extend(item)
+                for x in item:
+                    if isinstance(x, BenchRecord):
+                        self._pending_bench.append(x)
+                    else:
+                        self._pending.append(x)
         return stopping
 
     def _write(self) -> None:
-        if not self._pending:
+        if not self._pending and not self._pending_bench:
             return
         try:
+            if self._pending_bench:
+                write_bench(self._db, self._pending_bench)
+                self._pending_bench.clear()
             self._rows_written += write_rows(self._db, self._pending, self.hostname)
             self._pending.clear()
         except sqlite3.Error as e:
@@ -244,6 +313,7 @@ class HistoryWriter:
         cutoff = int(self._pruned_at) - self.retention_seconds
         try:
             n = self._db.execute("DELETE FROM gpu_minutes WHERE minute < ?", (cutoff,)).rowcount
+            n += self._db.execute("DELETE FROM bench_runs WHERE finished < ?", (cutoff,)).rowcount
             if n:
                 log.info("history: removed %d rows older than the retention", n)
         except sqlite3.Error as e:

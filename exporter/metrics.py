@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporter import __version__
+from exporter.benchmarks.results import AllreduceResult
 from exporter.readers import CLOCK_EVENT_REASONS
 from exporter.state import GpuSnapshot, Snapshot
 
@@ -108,6 +109,50 @@ def _remapped(g: GpuSnapshot) -> Value:
 def _pcie(g: GpuSnapshot) -> Value:
     p = g.health.pcie
     return None if p is None else {("tx",): p.tx_bytes_per_second, ("rx",): p.rx_bytes_per_second}
+
+
+def _allreduce_sizes(field: str) -> Callable[[Snapshot], Value]:
+    def get(s: Snapshot) -> Value:
+        ar = s.bench.allreduce if s.bench else None
+        if ar is None:
+            return None
+        return {(ar.backend, str(ar.world_size), str(r.size_bytes)): float(getattr(r, field)) for r in ar.rows}
+
+    return get
+
+
+def _allreduce(fn: Callable[[AllreduceResult], float]) -> Callable[[Snapshot], Value]:
+    def get(s: Snapshot) -> Value:
+        ar = s.bench.allreduce if s.bench else None
+        return None if ar is None else {(ar.backend, str(ar.world_size)): float(fn(ar))}
+
+    return get
+
+
+def _train(field: str) -> Callable[[Snapshot], Value]:
+    def get(s: Snapshot) -> Value:
+        t = s.bench.train if s.bench else None
+        if t is None:
+            return None
+        return {(t.model, str(r.world_size)): float(v) for r in t.rows if (v := getattr(r, field)) is not None}
+
+    return get
+
+
+def _predicted(s: Snapshot) -> Value:
+    t = s.bench.train if s.bench else None
+    if t is None:
+        return None
+    out: dict[tuple[str, ...], float] = {}
+    for r in t.rows:
+        for overlap, v in (("none", r.predicted_speedup_no_overlap), ("full", r.predicted_speedup_full_overlap)):
+            if v is not None:
+                out[(t.model, str(r.world_size), overlap)] = v
+    return out
+
+
+def _bench_runs(s: Snapshot) -> Value:
+    return None if s.bench is None else {k: float(v) for k, v in s.bench.runs.items()}
 
 
 # fmt: off
@@ -210,6 +255,53 @@ METRICS: tuple[MetricDef, ...] = (
          "nvmlDeviceGetComputeRunningProcesses", lambda g: g.gauges.processes),
     _gpu("gpuledger_gpu_pcie_throughput_bytes_per_second", "gauge", "bytes_per_second",
          "PCIe throughput by direction (slow lane).", "nvmlDeviceGetPcieThroughput", _pcie, ("direction",)),
+    # --- benchmark rounds (latest results; see docs/benchmarks.md) ------------------------------------
+    _exp("gpuledger_bench_runs_total", "counter", "", "Benchmark runs by benchmark and result (ok, failed, timeout, "
+         "skipped_busy).", "bench scheduler", _bench_runs, ("bench", "result")),
+    _exp("gpuledger_bench_last_run_timestamp_seconds", "gauge", "seconds", "When a benchmark last ended so.",
+         "bench scheduler, history", lambda s: None if s.bench is None else {k: v for k, v in s.bench.last_run.items()},
+         ("bench", "result")),
+    _exp("gpuledger_bench_duration_seconds", "gauge", "seconds", "How long the latest run of a benchmark took.",
+         "bench scheduler", lambda s: None if s.bench is None else {(k,): v for k, v in s.bench.duration.items()},
+         ("bench",)),
+    _exp("gpuledger_bench_allreduce_busbw_bytes_per_second", "gauge", "bytes_per_second",
+         "All-reduce bus bandwidth per message size (nccl-tests: algbw x 2(n-1)/n).", "all-reduce sweep",
+         _allreduce_sizes("busbw"), ("backend", "world_size", "size_bytes")),
+    _exp("gpuledger_bench_allreduce_algbw_bytes_per_second", "gauge", "bytes_per_second",
+         "All-reduce algorithm bandwidth (bytes / time) per message size.", "all-reduce sweep",
+         _allreduce_sizes("algbw"), ("backend", "world_size", "size_bytes")),
+    _exp("gpuledger_bench_allreduce_largest_busbw_bytes_per_second", "gauge", "bytes_per_second",
+         "All-reduce bus bandwidth at the largest size swept.", "all-reduce sweep",
+         _allreduce(lambda a: a.busbw_largest), ("backend", "world_size")),
+    _exp("gpuledger_bench_allreduce_average_busbw_bytes_per_second", "gauge", "bytes_per_second",
+         "Mean bus bandwidth over all sizes swept (nccl-tests' 'Avg bus bandwidth').", "all-reduce sweep",
+         _allreduce(lambda a: a.busbw_average), ("backend", "world_size")),
+    _exp("gpuledger_bench_allreduce_wrong_elements", "gauge", "",
+         "Elements that differed from the expected sum in the latest sweep (0 when correct).", "all-reduce sweep",
+         _allreduce(lambda a: a.wrong), ("backend", "world_size")),
+    _exp("gpuledger_bench_train_step_seconds", "gauge", "seconds", "Median training step time (DDP) per world size.",
+         "train benchmark", _train("step_seconds"), ("model", "world_size")),
+    _exp("gpuledger_bench_train_throughput_samples_per_second", "gauge", "", "Training samples per second, all ranks.",
+         "train benchmark", _train("samples_per_second"), ("model", "world_size")),
+    _exp("gpuledger_bench_train_speedup_ratio", "gauge", "ratio", "throughput(N) / throughput(1), same per-GPU batch.",
+         "train benchmark", _train("speedup"), ("model", "world_size")),
+    _exp("gpuledger_bench_train_scaling_efficiency_ratio", "gauge", "ratio", "speedup(N) / N.",
+         "train benchmark", _train("efficiency"), ("model", "world_size")),
+    _exp("gpuledger_bench_train_allreduce_share_ratio", "gauge", "ratio",
+         "Share of the step spent in exposed gradient all-reduce (step with sync vs without).",
+         "train benchmark", _train("allreduce_share"), ("model", "world_size")),
+    _exp("gpuledger_bench_train_predicted_speedup_ratio", "gauge", "ratio",
+         "Speedup a communication model predicts from busbw and gradient size (overlap: none or full).",
+         "train benchmark", _predicted, ("model", "world_size", "overlap")),
+    _exp("gpuledger_bench_train_mfu_ratio", "gauge", "ratio", "Model FLOP/s per GPU over the datasheet bf16 peak.",
+         "train benchmark", _train("mfu"), ("model", "world_size")),
+    _exp("gpuledger_bench_matmul_flops_per_second", "gauge", "", "GEMM FLOP/s of the slowest GPU, per dtype.",
+         "matmul benchmark", lambda s: None if not (s.bench and s.bench.matmul) else {
+             (r.dtype,): r.flops_per_second for r in s.bench.matmul}, ("dtype",)),
+    _exp("gpuledger_bench_memcpy_bytes_per_second", "gauge", "bytes_per_second",
+         "Copy bandwidth of the slowest GPU: d2d, h2d, d2h (pinned), host (CPU).", "memcpy benchmark",
+         lambda s: None if not (s.bench and s.bench.memcpy) else {
+             (r.kind,): r.bytes_per_second for r in s.bench.memcpy}, ("kind",)),
 )
 # fmt: on
 

@@ -11,12 +11,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from exporter import fastlane, process, slowlane
 from exporter.readers import GpuLost, NotSupported, Reader, ReaderError, ReaderUnavailable, XidEvent
 from exporter.state import EMPTY, HistoryStats, MinuteRow, Snapshot, minute_row
 from exporter.tracked import ErrorBook, TrackedGpu
+
+if TYPE_CHECKING:
+    from exporter.benchmarks.state import BenchSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,7 @@ class SamplerOptions:
     lost_retry: float = 10.0
     nvml_retry_max: float = 60.0
     gap_factor: float = 5.0  # an interval longer than this many ticks is a gap, not a sample
+    gate_below: float = 0.05  # idle gate: utilisation under this (and no process) is idle
 
 
 class Sampler:
@@ -43,6 +47,7 @@ class Sampler:
         *,
         minute_sink: MinuteSink | None = None,
         history_stats: Callable[[], HistoryStats] | None = None,
+        bench_state: Callable[[], BenchSnapshot] | None = None,
         on_snapshot: Callable[[Snapshot], None] | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -51,6 +56,7 @@ class Sampler:
         self.errors = ErrorBook()
         self._minute_sink = minute_sink
         self._history_stats = history_stats
+        self._bench_state = bench_state
         self._on_snapshot = on_snapshot
         self._wall = wall
         self._lock = threading.Lock()
@@ -128,6 +134,14 @@ class Sampler:
         def fold(g: TrackedGpu, r: fastlane.FastReading) -> None:
             g.up = r.busy is not None
             fastlane.integrate(g, r, max_gap=max_gap, idle_below=self.opt.idle_below)
+            now = time.monotonic()
+            if not g.up:
+                g.observed_since = None
+                return
+            if g.observed_since is None:
+                g.observed_since = now
+            if (r.processes or 0) > 0 or (r.busy or 0.0) >= self.opt.gate_below:
+                g.last_active_at = now
 
         gpus = [g for g in list(self._gpus) if not g.lost or self._try_recover(g)]
         self._each(gpus, lambda g: fastlane.read(self.reader, g, self.errors), fold)
@@ -152,6 +166,28 @@ class Sampler:
                 continue
             with self._lock:
                 fold(g, r)
+
+    def idle_status(self, window: float) -> tuple[bool, str]:
+        """Whether every GPU has been watched, idle (no process, utilisation under the gate's
+        threshold), for the last ``window`` seconds; and why not."""
+        now = time.monotonic()
+        with self._lock:
+            if not self._nvml_up:
+                return False, "the GPU reader is down"
+            for g in self._gpus:
+                i = g.info.index
+                if not g.up or g.lost:
+                    return False, f"gpu {i} is down"
+                if g.observed_since is None or now - g.observed_since < window:
+                    seen = 0.0 if g.observed_since is None else now - g.observed_since
+                    return False, f"gpu {i} has been watched for {seen:.0f} s of the {window:.0f} s idle window"
+                if g.last_active_at is not None and now - g.last_active_at < window:
+                    return False, f"gpu {i} was busy {now - g.last_active_at:.0f} s ago"
+        return True, "idle"
+
+    def gpu_count(self) -> int:
+        with self._lock:
+            return len(self._gpus)
 
     def _try_open(self) -> bool:
         mono = time.monotonic()
@@ -202,7 +238,7 @@ class Sampler:
         with self._lock:
             self._nvml_up = False
             for g in self._gpus:
-                g.up, g.last_t = False, None
+                g.up, g.last_t, g.observed_since = False, None, None
         self._retry_at = time.monotonic() + min(self._retry_delay, self.opt.nvml_retry_max)
         self._warned_down = True
         self._safe_close()
@@ -216,7 +252,7 @@ class Sampler:
     def _mark_lost(self, g: TrackedGpu, e: ReaderError) -> None:
         if not g.lost:
             log.error("gpu %d (%s) lost: %s; the other GPUs keep exporting", g.info.index, g.info.uuid, e)
-        g.lost, g.up, g.last_t = True, False, None
+        g.lost, g.up, g.last_t, g.observed_since = True, False, None, None
         g.energy_raw = None
         g.retry_at = time.monotonic() + self.opt.lost_retry
 
@@ -285,6 +321,7 @@ class Sampler:
                 reader_errors=self.errors.totals(),
                 history=self._history_stats() if self._history_stats else None,
                 process=proc,
+                bench=self._bench_state() if self._bench_state else None,
             )
         if self._on_snapshot is not None:
             try:

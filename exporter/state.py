@@ -5,9 +5,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from exporter.process import ProcessStats
 from exporter.readers import DeviceInfo, EccErrors, PcieThroughput, RemappedRows
+
+if TYPE_CHECKING:
+    from exporter.benchmarks.state import BenchSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,7 @@ class Snapshot:
     reader_errors: Mapping[str, int]
     history: HistoryStats | None = None
     process: ProcessStats | None = None
+    bench: BenchSnapshot | None = None
 
 
 EMPTY = Snapshot(

@@ -33,6 +33,10 @@ class TrackedGpu:
     # slow lane
     energy_raw: float | None = None
     due: dict[str, float] = field(default_factory=dict)
+    # idle gate (monotonic times): since when the GPU has been watched without a break, and
+    # when it last had a process or utilisation at or over the gate's threshold
+    observed_since: float | None = None
+    last_active_at: float | None = None
     # history
     minute_base: GpuCounters = field(default_factory=GpuCounters)
 

@@ -7,6 +7,7 @@ import platform
 
 from exporter import __version__
 from exporter import cli as exporter_cli
+from exporter.benchmarks import cli as bench_cli
 
 
 def _version(args: argparse.Namespace) -> int:
@@ -21,6 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("exporter", help="run the node exporter (serves /metrics)")
     exporter_cli.add_arguments(ex)
     ex.set_defaults(func=exporter_cli.run)
+    bench = sub.add_parser("bench", help="run torch.distributed benchmarks once (all-reduce, training, GEMM, copies)")
+    bench_cli.add_arguments(bench)
+    bench.set_defaults(func=bench_cli.run)
     ver = sub.add_parser("version", help="print the version")
     ver.set_defaults(func=_version)
     return p

@@ -37,6 +37,23 @@ def require_binary(name: str) -> str:
     pytest.skip(reason)
 
 
+def require_torch() -> None:
+    """Skip (fail in CI, where .ci/run installs it) when torch is missing. Never imports it."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        reason = "torch not installed (pip install torch==2.13.0; .ci/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def process_group_gone(pgid: int) -> bool:
+    from exporter.benchmarks.runner import group_alive
+
+    return not group_alive(pgid)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

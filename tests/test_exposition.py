@@ -16,6 +16,15 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.registry import CollectorRegistry
 
 from exporter import exposition
+from exporter.benchmarks.results import (
+    AllreduceResult,
+    MatmulRow,
+    MemcpyRow,
+    TrainMeasurement,
+    allreduce_row,
+    train_result,
+)
+from exporter.benchmarks.state import BenchSnapshot
 from exporter.collector import Exposition, SnapshotCollector
 from exporter.metrics import METRICS
 from exporter.process import ProcessStats
@@ -56,7 +65,27 @@ def fixed_snapshot() -> Snapshot:
         open_fds=12,
         max_fds=1024,
     )
-    return dataclasses.replace(s.snapshot, sample_duration_seconds=0.00125, history=HistoryStats(42, 1), process=proc)
+    return dataclasses.replace(
+        s.snapshot, sample_duration_seconds=0.00125, history=HistoryStats(42, 1), process=proc, bench=bench_snapshot()
+    )
+
+
+def bench_snapshot() -> BenchSnapshot:
+    """A finished 2-GPU round: a two-size sweep, training at 1 and 2 GPUs, GEMM, copies."""
+    rows = (allreduce_row(1 << 20, 1 << 18, 1e-4, 100, 2, 0), allreduce_row(1 << 24, 1 << 22, 1e-3, 50, 2, 0))
+    ar = AllreduceResult("nccl", 2, "float32", rows)
+    train = train_result(model="encoder-8x1024", params=100_000_000, grad_bytes=400_000_000, batch=16, seq=512,
+                         flops_per_sample=1e12, peak=989e12, sweep=ar,
+                         measured=[TrainMeasurement(1, 0.05), TrainMeasurement(2, 0.06, 0.05, 0.01)])  # fmt: skip
+    return BenchSnapshot(
+        allreduce=ar,
+        train=train,
+        matmul=(MatmulRow("bfloat16", 8192, 6.5e14, (6.5e14, 6.6e14)),),
+        memcpy=(MemcpyRow("d2d", 1 << 30, 2.1e12, (2.1e12, 2.2e12)),),
+        runs={("allreduce", "ok"): 3, ("allreduce", "skipped_busy"): 1, ("train", "timeout"): 1},
+        last_run={("allreduce", "ok"): 1_795_990_000.0},
+        duration={"allreduce": 7.5, "train": 12.25},
+    )
 
 
 def render(snapshot: Snapshot, accept: str | None = None) -> str:

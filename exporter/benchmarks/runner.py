@@ -1,0 +1,219 @@
+"""Run a benchmark round in a child process group with a hard timeout (torch-free).
+
+The child is the launcher (one node) or torchrun (several), started in a session of its own.
+At the timeout the whole process group gets SIGTERM, then SIGKILL after a grace period, so a
+hung collective can never outlive its round. Rank 0's ``@gpuledger`` events arrive on stdout and
+become a ``RoundResult``; each planned benchmark ends as ok, failed or timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from exporter.benchmarks.plan import Plan
+from exporter.benchmarks.results import PARSERS, AllreduceResult, RoundResult
+
+log = logging.getLogger(__name__)
+
+EVENT_PREFIX = "@gpuledger "
+Event = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Multi-node: torchrun's c10d rendezvous (every node runs the same command)."""
+
+    nnodes: int
+    nproc_per_node: int
+    endpoint: str
+    run_id: str = "gpuledger-bench"
+
+
+@dataclass
+class Outcome:
+    plan: Plan
+    result: RoundResult
+    status: dict[str, str] = field(default_factory=dict)  # bench -> ok | failed | timeout
+    durations: dict[str, float] = field(default_factory=dict)  # bench -> seconds from begin to end
+    started: float = 0.0  # wall clock
+    duration: float = 0.0
+    exit_code: int | None = None
+    stderr_tail: str = ""
+    reported_elsewhere: bool = False  # multi-node: global rank 0 runs on another node
+
+    @property
+    def ok(self) -> bool:
+        return all(s == "ok" for s in self.status.values())
+
+
+class BenchRunner:
+    def __init__(self, *, grace: float = 5.0, python: str = sys.executable) -> None:
+        self.grace = grace
+        self.python = python
+        self.children_started = 0
+        self.last_pgid: int | None = None  # the process group of the latest round (its leader's pid)
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+
+    def command(self, plan_path: Path, rdzv: Rendezvous | None) -> list[str]:
+        if rdzv is None:
+            return [self.python, "-m", "exporter.benchmarks.launch", "--plan", str(plan_path)]
+        return [
+            self.python, "-m", "torch.distributed.run",
+            f"--nnodes={rdzv.nnodes}", f"--nproc-per-node={rdzv.nproc_per_node}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv.endpoint}", f"--rdzv-id={rdzv.run_id}",
+            "-m", "exporter.benchmarks.worker", "--plan", str(plan_path),
+        ]  # fmt: skip
+
+    def run(
+        self,
+        plan: Plan,
+        timeout: float,
+        on_event: Callable[[Event], None] | None = None,
+        rdzv: Rendezvous | None = None,
+    ) -> Outcome:
+        out = Outcome(plan=plan, result=RoundResult(plan.backend, plan.world_size), started=time.time())
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="gpuledger-bench-") as tmp:
+            plan_path = Path(tmp) / "plan.json"
+            plan.save(plan_path)
+            with open(Path(tmp) / "stderr", "w+") as err:
+                proc = subprocess.Popen(
+                    self.command(plan_path, rdzv), stdout=subprocess.PIPE, stderr=err, text=True,
+                    start_new_session=True, cwd=tmp,
+                )  # fmt: skip
+                with self._lock:
+                    self._proc = proc
+                    self.children_started += 1
+                    self.last_pgid = proc.pid
+                begun: dict[str, float] = {}
+                reader = threading.Thread(target=self._read, args=(proc, out, begun, on_event), daemon=True)
+                reader.start()
+                timed_out = False
+                try:
+                    out.exit_code = proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    log.error("benchmark round exceeded %.0f s: killing its process group", timeout)
+                    kill_group(proc, self.grace)
+                    out.exit_code = proc.returncode
+                with self._lock:
+                    self._proc = None
+                reader.join(timeout=5.0)
+                for bench, t in begun.items():  # a benchmark cut short ran until now
+                    out.durations.setdefault(bench, time.monotonic() - t)
+                err.seek(0)
+                out.stderr_tail = err.read()[-4000:]
+        out.duration = time.monotonic() - t0
+        if rdzv is not None and not out.result.device and out.exit_code == 0:
+            out.reported_elsewhere = True
+            out.status = dict.fromkeys(plan.benches, "ok")
+        else:
+            out.status = _statuses(plan, out, timed_out)
+        return out
+
+    def cancel(self) -> None:
+        """Kill a running round (daemon shutdown)."""
+        with self._lock:
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            kill_group(proc, self.grace)
+
+    @staticmethod
+    def _read(
+        proc: subprocess.Popen[str], out: Outcome, begun: dict[str, float], on_event: Callable[[Event], None] | None
+    ) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if not line.startswith(EVENT_PREFIX):
+                continue
+            try:
+                ev: Event = json.loads(line[len(EVENT_PREFIX) :])
+            except json.JSONDecodeError:
+                continue
+            kind, bench = ev.get("event"), ev.get("bench", "")
+            if kind == "start":
+                out.result.device = str(ev.get("device", ""))
+            elif kind == "begin":
+                begun[bench] = time.monotonic()
+            elif kind == "error":
+                out.result.errors[bench] = str(ev.get("message", ""))
+            elif kind == "result" and bench in PARSERS:
+                setattr(out.result, bench, PARSERS[bench](ev["data"]))
+            if kind in ("error", "result") and bench in begun:
+                out.durations[bench] = time.monotonic() - begun[bench]
+            if on_event is not None:
+                on_event(ev)
+
+
+def _statuses(plan: Plan, out: Outcome, timed_out: bool) -> dict[str, str]:
+    """ok: a result and nothing wrong; failed: an error, wrong elements, or no result from a
+    round that ended badly; timeout: no result from a round that was killed."""
+    status = {}
+    for bench in plan.benches:
+        result = getattr(out.result, bench)
+        if bench in out.result.errors:
+            status[bench] = "failed"
+        elif result is not None:
+            bad = isinstance(result, AllreduceResult) and result.wrong > 0
+            status[bench] = "failed" if bad else "ok"
+        else:
+            status[bench] = "timeout" if timed_out else "failed"
+    return status
+
+
+def kill_group(proc: subprocess.Popen[str], grace: float) -> None:
+    """SIGTERM the child's whole process group, then SIGKILL whatever is left after ``grace``."""
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        end = time.monotonic() + wait
+        while time.monotonic() < end and group_alive(pgid):
+            time.sleep(0.05)
+        if not group_alive(pgid):
+            break
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5.0)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a group of zombies still answers; count only members that are not zombies
+    return any(_member_alive(pid, pgid) for pid in _pids())
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _member_alive(pid: int, pgid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return int(fields[2]) == pgid and fields[0] != "Z"

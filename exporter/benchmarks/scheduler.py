@@ -1,0 +1,124 @@
+"""Benchmark rounds inside the daemon (torch-free): APScheduler triggers, an idle gate, one
+round at a time, a child process group with a hard timeout, results into state and history."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from exporter.benchmarks.plan import Plan, default_plan
+from exporter.benchmarks.runner import BenchRunner, Event, Outcome
+from exporter.benchmarks.state import BenchState
+from exporter.history import BenchRecord, HistoryWriter
+
+if TYPE_CHECKING:
+    from exporter.config import BenchSettings
+    from exporter.sampler import Sampler
+
+log = logging.getLogger(__name__)
+
+
+class BenchScheduler:
+    def __init__(
+        self,
+        settings: BenchSettings,
+        sampler: Sampler,
+        state: BenchState,
+        history: HistoryWriter | None,
+        runner: BenchRunner | None = None,
+        plan_hook: Callable[[Plan], Plan] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.sampler = sampler
+        self.state = state
+        self.history = history
+        self.runner = runner or BenchRunner()
+        self.plan_hook = plan_hook  # tests inject faults here
+        self._lock = threading.Lock()
+        self._sched: BackgroundScheduler | None = None
+
+    def start(self) -> None:
+        s = self.settings
+        tz = s.timezone or None
+        trigger = (
+            IntervalTrigger(seconds=s.interval, timezone=tz)
+            if s.interval
+            else CronTrigger.from_crontab(s.cron, timezone=tz)
+        )
+        self._sched = BackgroundScheduler(timezone=tz) if tz else BackgroundScheduler()
+        self._sched.add_job(
+            self.run_round, trigger, id="bench", max_instances=1, coalesce=True, misfire_grace_time=3600
+        )
+        if s.run_at_start:
+            when = datetime.datetime.now().astimezone() + datetime.timedelta(seconds=s.idle_window + 1.0)
+            self._sched.add_job(self.run_round, "date", run_date=when, id="bench-start")
+        self._sched.start()
+        job = self._sched.get_job("bench")
+        log.info("benchmark rounds scheduled (%s); next at %s", trigger, job.next_run_time if job else "?")
+
+    def stop(self) -> None:
+        if self._sched is not None:
+            self._sched.shutdown(wait=False)
+            self._sched = None
+        self.runner.cancel()
+
+    def plan(self) -> Plan:
+        """NCCL over every GPU on an NVML node; gloo with two CPU ranks anywhere else."""
+        gpus = self.sampler.gpu_count() if self.sampler.reader.kind == "nvml" else 0
+        benches = tuple(self.settings.benches)
+        plan = (
+            default_plan(benches, "nccl", gpus, quick=self.settings.quick)
+            if gpus
+            else default_plan(benches, "gloo", 2, quick=self.settings.quick)
+        )
+        return self.plan_hook(plan) if self.plan_hook else plan
+
+    def run_round(self) -> Outcome | None:
+        """Run one round now unless one is running or the GPUs are not idle. Never raises."""
+        if not self._lock.acquire(blocking=False):
+            log.info("a benchmark round is already running; not starting another")
+            return None
+        try:
+            return self._round()
+        except Exception:
+            log.exception("benchmark round failed to run")
+            return None
+        finally:
+            self._lock.release()
+
+    def _round(self) -> Outcome | None:
+        idle, why = self.sampler.idle_status(self.settings.idle_window)
+        if not idle:
+            log.info("benchmark round skipped: %s", why)
+            self._keep(self.state.skipped(self.settings.benches, time.time()))
+            return None
+        plan = self.plan()
+        log.info("benchmark round starting: %s on %d %s ranks (timeout %.0f s)",
+                 "+".join(plan.benches), plan.world_size, plan.backend, self.settings.timeout)  # fmt: skip
+        outcome = self.runner.run(plan, self.settings.timeout, self._event)
+        self._keep(self.state.record(outcome))
+        summary = ", ".join(f"{b} {s}" for b, s in outcome.status.items())
+        level = logging.INFO if outcome.ok else logging.ERROR
+        log.log(level, "benchmark round finished in %.1f s: %s", outcome.duration, summary)
+        if not outcome.ok and outcome.stderr_tail:
+            log.error("benchmark child stderr (tail):\n%s", outcome.stderr_tail[-2000:])
+        return outcome
+
+    def _keep(self, records: list[BenchRecord]) -> None:
+        if self.history is not None and records:
+            self.history.submit_bench(records)
+
+    @staticmethod
+    def _event(ev: Event) -> None:
+        if ev.get("event") == "error":
+            log.error("benchmark %s: %s", ev.get("bench"), ev.get("message"))
+        elif ev.get("event") in ("start", "begin"):
+            log.debug("benchmark event: %s", ev)

@@ -1,0 +1,96 @@
+"""What the daemon knows about benchmark rounds: latest results, run counts, last run times
+(torch-free). Fed by the scheduler, restored from the history at start-up, read by the metric
+table through an immutable ``BenchSnapshot``."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.benchmarks.results import (
+    PARSERS,
+    AllreduceResult,
+    MatmulRow,
+    MemcpyRow,
+    TrainResult,
+    plain,
+)
+from exporter.benchmarks.runner import Outcome
+from exporter.history import BenchRecord
+
+RESULTS = ("ok", "failed", "timeout", "skipped_busy")
+
+
+@dataclass(frozen=True)
+class BenchSnapshot:
+    allreduce: AllreduceResult | None = None
+    train: TrainResult | None = None
+    matmul: tuple[MatmulRow, ...] | None = None
+    memcpy: tuple[MemcpyRow, ...] | None = None
+    runs: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    last_run: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    duration: Mapping[str, float] = field(default_factory=dict)
+
+
+class BenchState:
+    def __init__(self, benches: Iterable[str]) -> None:
+        self._lock = threading.Lock()
+        self._latest: dict[str, Any] = {}
+        self._runs: dict[tuple[str, str], int] = {(b, r): 0 for b in benches for r in RESULTS}
+        self._last: dict[tuple[str, str], float] = {}
+        self._duration: dict[str, float] = {}
+
+    def record(self, outcome: Outcome) -> list[BenchRecord]:
+        """Count a finished round; return what the history should keep of it."""
+        finished = outcome.started + outcome.duration
+        records = []
+        with self._lock:
+            for bench, status in outcome.status.items():
+                result = getattr(outcome.result, bench)
+                self._runs[(bench, status)] = self._runs.get((bench, status), 0) + 1
+                self._last[(bench, status)] = finished
+                if bench in outcome.durations:
+                    self._duration[bench] = outcome.durations[bench]
+                if result is not None:  # a failed all-reduce still carries its figures and #wrong
+                    self._latest[bench] = result
+                data = json.dumps(plain(result)) if result is not None else outcome.result.errors.get(bench)
+                records.append(
+                    BenchRecord(finished, bench, status, outcome.durations.get(bench), outcome.plan.backend,
+                                outcome.plan.world_size, data)
+                )  # fmt: skip
+        return records
+
+    def skipped(self, benches: Iterable[str], at: float) -> list[BenchRecord]:
+        records = []
+        with self._lock:
+            for bench in benches:
+                self._runs[(bench, "skipped_busy")] = self._runs.get((bench, "skipped_busy"), 0) + 1
+                self._last[(bench, "skipped_busy")] = at
+                records.append(BenchRecord(at, bench, "skipped_busy", None, "", 0, None))
+        return records
+
+    def restore(self, records: Iterable[BenchRecord]) -> None:
+        """Latest results and last-run times from the history (records in time order). Run
+        counts are counters of this process and start at zero."""
+        with self._lock:
+            for r in records:
+                self._last[(r.bench, r.result)] = r.finished
+                if r.result in ("ok", "failed") and r.data and r.data.startswith(("{", "[")):
+                    self._latest[r.bench] = PARSERS[r.bench](json.loads(r.data))
+                    if r.duration is not None:
+                        self._duration[r.bench] = r.duration
+
+    def snapshot(self) -> BenchSnapshot:
+        with self._lock:
+            return BenchSnapshot(
+                allreduce=self._latest.get("allreduce"),
+                train=self._latest.get("train"),
+                matmul=self._latest.get("matmul"),
+                memcpy=self._latest.get("memcpy"),
+                runs=dict(self._runs),
+                last_run=dict(self._last),
+                duration=dict(self._duration),
+            )

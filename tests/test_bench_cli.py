@@ -1,0 +1,65 @@
+"""``gpuledger bench``: bad arguments exit 2; a real run prints nccl-tests-like tables and JSON;
+two 'nodes' meet through torchrun's rendezvous on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, free_port, require_torch
+
+
+def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")} | {"GLOO_SOCKET_IFNAME": "lo"}
+    return subprocess.run([sys.executable, "-m", "gpuledger", "bench", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=timeout)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["all", "--backend", "nccl"], "--backend nccl needs NVIDIA GPUs"),
+        (["all", "--world-size", "0"], "--world-size must be at least 1"),
+        (["all", "--nnodes", "2"], "--nnodes > 1 needs --rdzv-endpoint"),
+        (["all", "--timeout", "0"], "--timeout must be positive"),
+        (["everything"], "invalid choice"),
+        (["all", "--world-size", "two"], "invalid int value"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_clear_message(args: list[str], message: str) -> None:
+    res = bench(*args, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_run_prints_tables_an_estimate_and_json(tmp_path: Path) -> None:
+    require_torch()
+    out = tmp_path / "r.json"
+    res = bench("allreduce", "--quick", "--json", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "estimated" in res.stderr and "(gloo, cpu)" in res.stderr
+    assert "algbw(GB/s)" in res.stdout and "#wrong" in res.stdout and "# Avg bus bandwidth" in res.stdout
+    data = json.loads(out.read_text())
+    assert data["status"] == {"allreduce": "ok"} and data["plan"]["world_size"] == 2
+    assert data["allreduce"]["rows"][0]["size_bytes"] == 1024 and data["allreduce"]["rows"][-1]["wrong"] == 0
+
+
+def test_two_nodes_meet_through_torchrun_rendezvous() -> None:
+    require_torch()
+    endpoint = f"127.0.0.1:{free_port()}"
+    args = ["allreduce", "--quick", "--backend", "gloo", "--world-size", "1", "--nnodes", "2",
+            "--rdzv-endpoint", endpoint, "--no-progress"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")} | {"GLOO_SOCKET_IFNAME": "lo"}
+    cmd = [sys.executable, "-m", "gpuledger", "bench", *args]
+    nodes = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+             for _ in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=240) for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0], outs
+    printed = [o for o, _ in outs if "busbw(GB/s)" in o]
+    assert len(printed) == 1  # the node running global rank 0
+    assert "2 ranks" in printed[0] and "# Out of bounds values : 0 OK" in printed[0]
+    assert any("the node running global rank 0 prints the results" in o for o, _ in outs)
