@@ -60,6 +60,16 @@ def test_one_rank_has_no_bus_traffic() -> None:
     assert out.result.allreduce is not None and all(r.busbw == 0.0 for r in out.result.allreduce.rows)
 
 
+def test_a_rank_that_crashes_fails_the_round_and_takes_the_others_down() -> None:
+    runner = BenchRunner()
+    plan = dataclasses.replace(default_plan(("allreduce", "train"), "gloo", 2, quick=True), inject=Inject(crash=True))
+    out = runner.run(plan, timeout=120)
+    assert out.status == {"allreduce": "failed", "train": "failed"}
+    assert out.exit_code not in (0, None) and "a rank exited with 3" in out.stderr_tail
+    assert out.duration < 60  # the launcher stopped rank 0 instead of letting it wait out a timeout
+    assert runner.last_pgid is not None and process_group_gone(runner.last_pgid)
+
+
 def test_a_rank_that_hangs_is_killed_at_the_timeout_with_its_whole_group() -> None:
     runner = BenchRunner(grace=2.0)
     plan = dataclasses.replace(default_plan(("allreduce", "train"), "gloo", 2, quick=True), inject=Inject(hang=True))

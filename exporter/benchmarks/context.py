@@ -41,6 +41,13 @@ class Ctx:
     def progress(self, bench: str, done: int, total: int) -> None:
         self.emit({"event": "progress", "bench": bench, "done": done, "total": total})
 
+    def barrier(self) -> None:
+        """A barrier that names this rank's GPU, so NCCL need not guess which device to use."""
+        if self.cuda:
+            dist.barrier(device_ids=[self.local_rank])
+        else:
+            dist.barrier()
+
     def sync(self) -> None:
         if self.cuda:
             torch.cuda.synchronize(self.device)

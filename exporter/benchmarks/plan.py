@@ -67,10 +67,11 @@ class MemcpyPlan:
 
 @dataclass(frozen=True)
 class Inject:
-    """Faults for tests: a wrong element after one reduction, or a rank that hangs."""
+    """Faults for tests: a wrong element after one reduction, a rank that hangs, a rank that dies."""
 
     wrong_reduction: bool = False
     hang: bool = False
+    crash: bool = False
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ def run(ctx: Ctx, sweep: AllreduceResult | None) -> TrainResult | None:
             measured.append(m)
             if ctx.cuda:
                 torch.cuda.empty_cache()  # the model of this size is gone with _measure's frame
-        dist.barrier()
+        ctx.barrier()
         ctx.progress("train", i + 1, len(sizes))
     if ctx.rank != 0:
         return None

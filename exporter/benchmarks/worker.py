@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx.emit({"event": "start", "device": name, "world_size": ctx.world, "torch": torch.__version__})
     if plan.inject.hang and ctx.rank == ctx.world - 1:
         time.sleep(10**6)  # the other ranks wait for this one in their first collective
+    if plan.inject.crash and ctx.rank == ctx.world - 1:
+        os._exit(3)  # dies without a word, as a segfaulting rank would
     code = 0
     sweep: AllreduceResult | None = None
     for bench in plan.benches:
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             ctx.emit({"event": "result", "bench": bench, "data": plain(result)})
     try:
         if code == 0:
-            dist.barrier()
+            ctx.barrier()
     finally:
         dist.destroy_process_group()
     return code
