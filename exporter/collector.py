@@ -7,14 +7,21 @@ from __future__ import annotations
 import gzip
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from exporter import exposition
-from exporter.metrics import METRICS, MetricDef, Value
-from exporter.state import Snapshot
+from exporter.exposition import go_float
+from exporter.metrics import METRICS, MetricDef, samples
+from exporter.state import Histogram, Snapshot
 
 
 class SnapshotCollector(Collector):
@@ -25,11 +32,14 @@ class SnapshotCollector(Collector):
         s = self._snapshot()
         for m in METRICS:
             fam = _family(m)
-            if m.per_gpu:
-                for g in s.gpus:
-                    _add(fam, m.value(s, g), (str(g.info.index), g.info.uuid))
-            else:
-                _add(fam, m.value(s, None), ())
+            for labels, v in samples(m, s):
+                if isinstance(fam, InfoMetricFamily):
+                    fam.add_metric(labels, {})
+                elif isinstance(fam, HistogramMetricFamily) and isinstance(v, Histogram):
+                    buckets = [(go_float(u), float(c)) for u, c in zip(v.uppers, v.cumulative, strict=True)]
+                    fam.add_metric(labels, [*buckets, ("+Inf", float(v.count))], v.sum)
+                elif not isinstance(v, Histogram):
+                    fam.add_metric(labels, v)  # type: ignore[attr-defined]
             if fam.samples:
                 yield fam
 
@@ -39,23 +49,9 @@ def _family(m: MetricDef) -> Metric:
         return CounterMetricFamily(m.family, m.help, labels=m.labels, unit=m.unit)
     if m.kind == "info":
         return InfoMetricFamily(m.family, m.help, labels=m.labels)
+    if m.kind == "histogram":
+        return HistogramMetricFamily(m.family, m.help, labels=m.labels, unit=m.unit)
     return GaugeMetricFamily(m.family, m.help, labels=m.labels, unit=m.unit)
-
-
-def _add(fam: Metric, value: Value, base: tuple[str, ...]) -> None:
-    if value is None:
-        return
-    items: Iterable[tuple[tuple[str, ...], float | None]] = (
-        value.items() if isinstance(value, Mapping) else [((), value)]
-    )
-    for extra, v in items:
-        if v is None:
-            continue
-        labels = base + tuple(extra)
-        if isinstance(fam, InfoMetricFamily):
-            fam.add_metric(labels, {})
-        else:
-            fam.add_metric(labels, float(v))  # type: ignore[attr-defined]
 
 
 class Exposition:

@@ -177,6 +177,40 @@ class BenchSettings(_Section):
         return v
 
 
+class AttributionSettings(_Section):
+    proc_root: Path = Field(Path("/proc"), description="where to read processes (the host's /proc in a container)")
+    passwd_file: Path | None = Field(None, description="user names from this passwd file (default: the system's)")
+    kubelet_socket: str = Field("auto", description="pod-resources socket; auto: the kubelet's if present; '' = off")
+    pods_interval: float = Field(30.0, gt=0, description="seconds between pod-resources queries")
+    job_grace: float = Field(600.0, ge=0, description="seconds a job's series stay after it left its GPU")
+
+    @field_validator("proc_root")
+    @classmethod
+    def _dir(cls, v: Path) -> Path:
+        if not v.is_dir():
+            raise ValueError(f"not a directory: {v}")
+        return v
+
+    @field_validator("passwd_file")
+    @classmethod
+    def _file(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_file():
+            raise ValueError(f"file not found: {v}")
+        return v
+
+
+class SlurmSettings(_Section):
+    enabled: bool = Field(False, description="watch the Slurm queue from this node (one node per cluster)")
+    interval: float = Field(15.0, ge=1, description="seconds between polls")
+    command_timeout: float = Field(10.0, gt=0, description="seconds a Slurm command may take")
+    conf: Path | None = Field(None, description="slurm.conf for the commands (SLURM_CONF)")
+    squeue: str = Field("squeue", min_length=1, description="squeue command")
+    sacct: str = Field("sacct", min_length=1, description="sacct command")
+    scontrol: str = Field("scontrol", min_length=1, description="scontrol command")
+    accounting: Literal["auto", "sacct", "jobcomp"] = Field("auto", description="where finished jobs come from")
+    jobcomp_file: Path | None = Field(None, description="jobcomp/filetxt file (default: from scontrol show config)")
+
+
 _file_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "gpuledger_config_file", default=None
 )
@@ -199,11 +233,13 @@ class Settings(BaseSettings):
     )
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    exporter: ExporterSettings = Field(default_factory=ExporterSettings)  # type: ignore[arg-type]
-    web: WebSettings = Field(default_factory=WebSettings)  # type: ignore[arg-type]
-    history: HistorySettings = Field(default_factory=HistorySettings)  # type: ignore[arg-type]
-    replay: ReplaySettings = Field(default_factory=ReplaySettings)  # type: ignore[arg-type]
-    bench: BenchSettings = Field(default_factory=BenchSettings)  # type: ignore[arg-type]
+    exporter: ExporterSettings = Field(default_factory=ExporterSettings)
+    web: WebSettings = Field(default_factory=WebSettings)
+    history: HistorySettings = Field(default_factory=HistorySettings)
+    replay: ReplaySettings = Field(default_factory=ReplaySettings)
+    bench: BenchSettings = Field(default_factory=BenchSettings)
+    attribution: AttributionSettings = Field(default_factory=AttributionSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
 
     @classmethod
     def settings_customise_sources(

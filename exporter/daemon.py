@@ -11,6 +11,8 @@ import threading
 from types import FrameType
 
 from exporter import __version__, slowlane
+from exporter.attribution.attributor import Attribution, kubelet_socket
+from exporter.attribution.kubelet import DEFAULT_SOCKET
 from exporter.benchmarks.scheduler import BenchScheduler
 from exporter.benchmarks.state import BenchState
 from exporter.collector import Exposition
@@ -20,6 +22,8 @@ from exporter.readers import Reader, ReaderError, ReaderUnavailable
 from exporter.readers.nvml import NvmlReader
 from exporter.readers.replay import ReplayReader
 from exporter.sampler import Sampler, SamplerOptions
+from exporter.slurm.watcher import SlurmWatcher
+from exporter.state import Extras
 from exporter.web import MetricsServer, WebOptions, serve
 
 log = logging.getLogger("gpuledger.exporter")
@@ -61,6 +65,7 @@ class Exporter:
         self.bench_state = BenchState(s.bench.benches) if self._bench_enabled() else None
         if self.bench_state is not None and self.history is not None:
             self.bench_state.restore(self.history.bench_records())
+        self.slurm: SlurmWatcher | None = None
         self.sampler = Sampler(
             self.reader,
             SamplerOptions(
@@ -75,12 +80,19 @@ class Exporter:
                 lost_retry=s.exporter.lost_gpu_retry,
                 nvml_retry_max=s.exporter.nvml_retry_max,
                 gate_below=s.bench.idle_below,
+                job_grace=s.attribution.job_grace,
             ),
             minute_sink=self.history.submit if self.history else None,
-            history_stats=self.history.stats if self.history else None,
-            bench_state=self.bench_state.snapshot if self.bench_state else None,
+            extras=self._extras,
             on_snapshot=lambda snap: self.exposition.prepare(snap),
+            attribution=Attribution(
+                s.attribution.proc_root,
+                s.attribution.passwd_file,
+                kubelet_socket(s.attribution.kubelet_socket, DEFAULT_SOCKET),
+                s.attribution.pods_interval,
+            ),
         )
+        self.slurm = SlurmWatcher(s.slurm, self.history) if s.slurm.enabled else None
         self.exposition = Exposition(lambda: self.sampler.snapshot)
         self.bench = BenchScheduler(s.bench, self.sampler, self.bench_state, self.history) if self.bench_state else None
         host, port = split_listen(s.web.listen)
@@ -96,6 +108,13 @@ class Exporter:
             self.server = MetricsServer(web, lambda: self.sampler.snapshot, self.exposition)
         except ssl.SSLError as e:
             raise ConfigError(f"web.tls_cert_file / web.tls_key_file: cannot load the certificate: {e}") from e
+
+    def _extras(self) -> Extras:
+        return Extras(
+            history=self.history.stats() if self.history else None,
+            bench=self.bench_state.snapshot() if self.bench_state else None,
+            queue=self.slurm.snapshot() if self.slurm is not None else None,
+        )
 
     def _bench_enabled(self) -> bool:
         """Benchmarks run where asked; by default only on real GPUs with torch installed (found
@@ -130,6 +149,8 @@ class Exporter:
         self.sampler.start()
         if self.bench:
             self.bench.start()
+        if self.slurm:
+            self.slurm.start()
         serve(self.server)
         log.info(
             "gpuledger exporter %s serving %s/metrics (reader %s, history %s)",
@@ -144,7 +165,11 @@ class Exporter:
         self.server.server_close()
         if self.bench:
             self.bench.stop()
+        if self.slurm:
+            self.slurm.stop()
         self.sampler.stop()
+        if self.sampler.attribution is not None:
+            self.sampler.attribution.close()
         if self.history:
             self.history.stop()
 

@@ -7,15 +7,19 @@ fraction of that, and a test holds its output byte-identical to prometheus_clien
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-
 from prometheus_client.utils import floatToGoString
 
-from exporter.metrics import METRICS, MetricDef
-from exporter.state import GpuSnapshot, Snapshot
+from exporter.metrics import METRICS, MetricDef, samples
+from exporter.state import Histogram, Snapshot
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def go_float(x: float) -> str:
+    """Values written the way Prometheus' Go client writes them (1.796e+09, +Inf)."""
+    out: str = floatToGoString(x)  # type: ignore[no-untyped-call]
+    return out
 
 
 def _esc_label(v: str) -> str:
@@ -34,25 +38,26 @@ def _labels(names: tuple[str, ...], values: tuple[str, ...]) -> str:
     return "{" + ",".join(f'{k}="{_esc_label(v)}"' for k, v in pairs) + "}"
 
 
-def _samples(m: MetricDef, s: Snapshot) -> Iterator[tuple[str, float]]:
-    targets: list[tuple[GpuSnapshot | None, tuple[str, ...]]] = (
-        [(g, (str(g.info.index), g.info.uuid)) for g in s.gpus] if m.per_gpu else [(None, ())]
-    )
-    for g, base in targets:
-        value = m.value(s, g)
-        if value is None:
-            continue
-        items = value.items() if isinstance(value, Mapping) else [((), value)]
-        for extra, v in items:
-            if v is not None:
-                yield _labels(m.labels, base + tuple(extra)), float(v)
+def _lines(m: MetricDef, s: Snapshot) -> list[str]:
+    out = []
+    for values, v in samples(m, s):
+        if isinstance(v, Histogram):
+            names = (*m.labels, "le")
+            for upper, c in zip(v.uppers, v.cumulative, strict=True):
+                out.append(f"{m.name}_bucket{_labels(names, (*values, go_float(upper)))} {float(c)!r}\n")
+            out.append(f"{m.name}_bucket{_labels(names, (*values, '+Inf'))} {float(v.count)!r}\n")
+            out.append(f"{m.name}_count{_labels(m.labels, values)} {float(v.count)!r}\n")
+            out.append(f"{m.name}_sum{_labels(m.labels, values)} {go_float(v.sum)}\n")
+        else:
+            out.append(f"{m.name}{_labels(m.labels, values)} {go_float(v)}\n")
+    return out
 
 
 def render(s: Snapshot, openmetrics: bool = False) -> bytes:
     out: list[str] = []
     for m in METRICS:
-        samples = list(_samples(m, s))
-        if not samples:
+        lines = _lines(m, s)
+        if not lines:
             continue
         if openmetrics:
             fam = m.family
@@ -62,7 +67,7 @@ def render(s: Snapshot, openmetrics: bool = False) -> bytes:
         else:
             kind = "gauge" if m.kind == "info" else m.kind
             out.append(f"# HELP {m.name} {_esc_help(m.help, False)}\n# TYPE {m.name} {kind}\n")
-        out.extend(f"{m.name}{labels} {floatToGoString(v)}\n" for labels, v in samples)  # type: ignore[no-untyped-call]
+        out.extend(lines)
     if openmetrics:
         out.append("# EOF\n")
     return "".join(out).encode()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.readers import CLOCK_EVENT_REASONS, GpmActivity, Reader, UtilSample
+from exporter.readers import CLOCK_EVENT_REASONS, GpmActivity, Process, ProcessUtil, Reader, UtilSample
 from exporter.state import GpuGauges
 from exporter.tracked import ErrorBook, TrackedGpu, call
 
@@ -22,6 +22,8 @@ class FastReading:
     busy: float | None  # mean share busy over the interval, from the samples buffer if any
     gpm: GpmActivity | None
     processes: int | None
+    procs: list[Process] | None = None
+    proc_util: list[ProcessUtil] | None = None
 
 
 def read(reader: Reader, gpu: TrackedGpu, errors: ErrorBook) -> FastReading:
@@ -41,6 +43,7 @@ def read(reader: Reader, gpu: TrackedGpu, errors: ErrorBook) -> FastReading:
     reasons = call(gpu, "clock_event_reasons", lambda: reader.clock_event_reasons(i), errors)
     procs = call(gpu, "processes", lambda: reader.processes(i), errors)
     gpm = call(gpu, "gpm", lambda: reader.gpm(i), errors)
+    proc_util = call(gpu, "process_utilization", lambda: reader.process_utilization(i), errors) if procs else None
     t = reader.now()
 
     busy: float | None = None
@@ -67,6 +70,8 @@ def read(reader: Reader, gpu: TrackedGpu, errors: ErrorBook) -> FastReading:
         busy=busy if util is not None else None,
         gpm=gpm,
         processes=gauges.processes,
+        procs=procs,
+        proc_util=proc_util,
     )
 
 
@@ -76,8 +81,9 @@ def samples_mean(samples: list[UtilSample]) -> float:
     return sum(v for _, v in samples) / len(samples)
 
 
-def integrate(gpu: TrackedGpu, r: FastReading, *, max_gap: float, idle_below: float) -> None:
-    """Fold one reading into ``gpu``'s counters (caller holds the sampler lock)."""
+def integrate(gpu: TrackedGpu, r: FastReading, *, max_gap: float, idle_below: float) -> float | None:
+    """Fold one reading into ``gpu``'s counters (caller holds the sampler lock). Returns the
+    interval it covered, or None when it covered none."""
     gpu.gauges = r.gauges
     prev_t, gpu.last_t = gpu.last_t, r.t
     prev_power, gpu.last_power = gpu.last_power, r.gauges.power_watts
@@ -89,10 +95,10 @@ def integrate(gpu: TrackedGpu, r: FastReading, *, max_gap: float, idle_below: fl
     if gpu.energy_from_power and c.energy_joules is None:
         c.energy_joules = 0.0
     if prev_t is None or r.busy is None:
-        return  # a baseline tick, or utilisation unreadable: this interval is not covered
+        return None  # a baseline tick, or utilisation unreadable: this interval is not covered
     dt = r.t - prev_t
     if dt <= 0 or dt > max_gap:
-        return  # clock went backwards or the sampler stalled: do not guess across the gap
+        return None  # clock went backwards or the sampler stalled: do not guess across the gap
     c.sampled_seconds += dt
     c.busy_seconds += r.busy * dt
     if r.gpm is not None:
@@ -112,3 +118,4 @@ def integrate(gpu: TrackedGpu, r: FastReading, *, max_gap: float, idle_below: fl
     if gpu.energy_from_power and power is not None:
         mean_power = power if prev_power is None else (power + prev_power) / 2.0
         c.energy_joules = (c.energy_joules or 0.0) + mean_power * dt
+    return dt

@@ -7,17 +7,18 @@ from ``METRICS``; to find where a metric comes from, start here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from exporter import __version__
 from exporter.benchmarks.results import AllreduceResult
 from exporter.readers import CLOCK_EVENT_REASONS
-from exporter.state import GpuSnapshot, Snapshot
+from exporter.state import GpuSnapshot, Histogram, Snapshot
 
-Kind = Literal["counter", "gauge", "info"]
-Value = float | None | Mapping[tuple[str, ...], float]
+Kind = Literal["counter", "gauge", "info", "histogram"]
+Value = float | None | Mapping[Any, float | Histogram]
+"""A plain value, or label values (beyond gpu/uuid) -> value."""
 GPU_LABELS = ("gpu", "uuid")
 
 
@@ -151,6 +152,28 @@ def _predicted(s: Snapshot) -> Value:
     return out
 
 
+JOB_LABELS = ("job_id", "user", "pod", "namespace", "container")
+
+
+def _jobs(field: str, holding_only: bool = False) -> Callable[[GpuSnapshot], Value]:
+    def get(g: GpuSnapshot) -> Value:
+        return {k.labels(): (1.0 if holding_only else float(getattr(c, field)))
+                for k, c in g.jobs.items() if c.holding or not holding_only}  # fmt: skip
+
+    return get
+
+
+def _queue(field: str) -> Callable[[Snapshot], Value]:
+    def get(s: Snapshot) -> Value:
+        if s.queue is None:
+            return None
+        data: Mapping[Any, Any] = getattr(s.queue, field)
+        return {(k if isinstance(k, tuple) else (k,)): v if isinstance(v, Histogram) else float(v)
+                for k, v in data.items()}  # fmt: skip
+
+    return get
+
+
 def _bench_runs(s: Snapshot) -> Value:
     return None if s.bench is None else {k: float(v) for k, v in s.bench.runs.items()}
 
@@ -255,6 +278,41 @@ METRICS: tuple[MetricDef, ...] = (
          "nvmlDeviceGetComputeRunningProcesses", lambda g: g.gauges.processes),
     _gpu("gpuledger_gpu_pcie_throughput_bytes_per_second", "gauge", "bytes_per_second",
          "PCIe throughput by direction (slow lane).", "nvmlDeviceGetPcieThroughput", _pcie, ("direction",)),
+    # --- jobs on GPUs (attribution; see docs/jobs.md) -------------------------------------------------------
+    _gpu("gpuledger_gpu_job_info", "info", "", "A job holding the GPU now (Slurm job, pod, user); empty = unknown.",
+         "processes + /proc cgroups + kubelet pod-resources", _jobs("", holding_only=True), JOB_LABELS),
+    _gpu("gpuledger_job_gpu_sampled_seconds_total", "counter", "seconds", "Time a job held the GPU (covered rounds).",
+         "attribution", _jobs("sampled_seconds"), JOB_LABELS),
+    _gpu("gpuledger_job_gpu_busy_seconds_total", "counter", "seconds",
+         "The GPU's busy time times the job's share (SM utilisation, else memory, else equal).",
+         "attribution", _jobs("busy_seconds"), JOB_LABELS),
+    _gpu("gpuledger_job_gpu_energy_joules_total", "counter", "joules",
+         "The GPU's energy-counter increase apportioned by the job's share of power x time.",
+         "attribution", _jobs("energy_joules"), JOB_LABELS),
+    _exp("gpuledger_attribution_kubelet_up", "gauge", "", "1 when the kubelet's pod-resources API answered last time.",
+         "kubelet pod-resources", lambda s: None if s.kubelet_up is None else float(s.kubelet_up)),
+    # --- the Slurm queue (the watcher node; see docs/jobs.md) --------------------------------------------------
+    _exp("gpuledger_queue_source_up", "gauge", "", "1 when the Slurm source (squeue, sacct, jobcomp) answered.",
+         "slurm watcher", lambda s: None if s.queue is None else {
+             (k,): float(v) for k, v in s.queue.sources.items()}, ("source",)),
+    _exp("gpuledger_queue_pending_jobs", "gauge", "", "Jobs pending per partition.",
+         "squeue", _queue("pending_jobs"), ("partition",)),
+    _exp("gpuledger_queue_pending_gpus", "gauge", "", "GPUs asked for by pending jobs, per partition.",
+         "squeue", _queue("pending_gpus"), ("partition",)),
+    _exp("gpuledger_queue_running_jobs", "gauge", "", "Jobs running per partition.",
+         "squeue", _queue("running_jobs"), ("partition",)),
+    _exp("gpuledger_queue_oldest_pending_seconds", "gauge", "seconds", "Age of the oldest pending job per partition.",
+         "squeue", _queue("oldest_pending"), ("partition",)),
+    _exp("gpuledger_queue_wait_seconds", "histogram", "seconds",
+         "Queue wait (start - submit) of jobs as they start, per partition.",
+         "squeue, sacct / jobcomp", _queue("wait"), ("partition",)),
+    _exp("gpuledger_queue_eligible_wait_seconds", "histogram", "seconds",
+         "Wait from eligibility to start (excludes holds and dependencies), per partition.",
+         "squeue, sacct / jobcomp", _queue("eligible_wait"), ("partition",)),
+    _exp("gpuledger_jobs_finished_total", "counter", "", "Jobs that ended, by partition and final state.",
+         "sacct / jobcomp", _queue("finished"), ("partition", "state")),
+    _exp("gpuledger_jobs_requeued_total", "counter", "", "Job requeues and restarts, per partition.",
+         "squeue restart count", _queue("requeued"), ("partition",)),
     # --- benchmark rounds (latest results; see docs/benchmarks.md) ------------------------------------
     _exp("gpuledger_bench_runs_total", "counter", "", "Benchmark runs by benchmark and result (ok, failed, timeout, "
          "skipped_busy).", "bench scheduler", _bench_runs, ("bench", "result")),
@@ -306,3 +364,20 @@ METRICS: tuple[MetricDef, ...] = (
 # fmt: on
 
 BY_NAME: dict[str, MetricDef] = {m.name: m for m in METRICS}
+
+
+def samples(m: MetricDef, s: Snapshot) -> Iterator[tuple[tuple[str, ...], float | Histogram]]:
+    """Every (label values, value) of one metric in a snapshot, labels in ``m.labels`` order."""
+    targets: list[tuple[GpuSnapshot | None, tuple[str, ...]]] = (
+        [(g, (str(g.info.index), g.info.uuid)) for g in s.gpus] if m.per_gpu else [(None, ())]
+    )
+    for g, base in targets:
+        value = m.value(s, g)
+        if value is None:
+            continue
+        items: Iterable[tuple[tuple[str, ...], float | Histogram | None]] = (
+            value.items() if isinstance(value, Mapping) else [((), value)]
+        )
+        for extra, v in items:
+            if v is not None:
+                yield base + tuple(extra), v if isinstance(v, Histogram) else float(v)

@@ -11,19 +11,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from exporter import fastlane, process, slowlane
+from exporter.attribution.attributor import Attribution
+from exporter.attribution.procfs import Owner
+from exporter.jobs import shares
 from exporter.readers import GpuLost, NotSupported, Reader, ReaderError, ReaderUnavailable, XidEvent
-from exporter.state import EMPTY, HistoryStats, MinuteRow, Snapshot, minute_row
+from exporter.state import EMPTY, Extras, JobMinuteRow, MinuteRow, Snapshot, job_minute_rows, minute_row
 from exporter.tracked import ErrorBook, TrackedGpu
-
-if TYPE_CHECKING:
-    from exporter.benchmarks.state import BenchSnapshot
 
 log = logging.getLogger(__name__)
 
-MinuteSink = Callable[[list[MinuteRow]], None]
+MinuteSink = Callable[[list[MinuteRow | JobMinuteRow]], None]
 R = TypeVar("R")
 
 
@@ -37,6 +37,7 @@ class SamplerOptions:
     nvml_retry_max: float = 60.0
     gap_factor: float = 5.0  # an interval longer than this many ticks is a gap, not a sample
     gate_below: float = 0.05  # idle gate: utilisation under this (and no process) is idle
+    job_grace: float = 600.0  # a job's series stay this long after it left its GPU
 
 
 class Sampler:
@@ -46,18 +47,18 @@ class Sampler:
         options: SamplerOptions | None = None,
         *,
         minute_sink: MinuteSink | None = None,
-        history_stats: Callable[[], HistoryStats] | None = None,
-        bench_state: Callable[[], BenchSnapshot] | None = None,
+        extras: Callable[[], Extras] | None = None,
         on_snapshot: Callable[[Snapshot], None] | None = None,
+        attribution: Attribution | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.reader = reader
         self.opt = options or SamplerOptions()
         self.errors = ErrorBook()
         self._minute_sink = minute_sink
-        self._history_stats = history_stats
-        self._bench_state = bench_state
+        self._extras = extras
         self._on_snapshot = on_snapshot
+        self.attribution = attribution
         self._wall = wall
         self._lock = threading.Lock()
         self._gpus: list[TrackedGpu] = []
@@ -119,6 +120,8 @@ class Sampler:
         if not self._nvml_up:
             return
         now = self.reader.now()
+        if self.attribution is not None:
+            self.attribution.refresh_pods()
         with self._lock:
             gpus = [g for g in self._gpus if g.up and not g.lost]
         self._each(gpus, lambda g: slowlane.read(self.reader, g, self.opt.cadence, now, self.errors), slowlane.apply)
@@ -131,10 +134,17 @@ class Sampler:
         self._roll_minute()
         max_gap = self.opt.gap_factor * self.opt.interval * self.reader.time_scale
 
-        def fold(g: TrackedGpu, r: fastlane.FastReading) -> None:
+        def read(g: TrackedGpu) -> tuple[fastlane.FastReading, dict[int, Owner | None]]:
+            r = fastlane.read(self.reader, g, self.errors)
+            pids = [p.pid for p in r.procs or []]
+            return r, self.attribution.owners(pids) if self.attribution is not None and pids else {}
+
+        def fold(g: TrackedGpu, ro: tuple[fastlane.FastReading, dict[int, Owner | None]]) -> None:
+            r, owners = ro
             g.up = r.busy is not None
-            fastlane.integrate(g, r, max_gap=max_gap, idle_below=self.opt.idle_below)
+            dt = fastlane.integrate(g, r, max_gap=max_gap, idle_below=self.opt.idle_below)
             now = time.monotonic()
+            self._fold_jobs(g, r, owners, dt, now)
             if not g.up:
                 g.observed_since = None
                 return
@@ -144,7 +154,25 @@ class Sampler:
                 g.last_active_at = now
 
         gpus = [g for g in list(self._gpus) if not g.lost or self._try_recover(g)]
-        self._each(gpus, lambda g: fastlane.read(self.reader, g, self.errors), fold)
+        self._each(gpus, read, fold)
+        if self.attribution is not None:
+            self.attribution.procs.forget_except({p.pid for g in gpus for p in g.procs_seen})
+
+    def _fold_jobs(
+        self, g: TrackedGpu, r: fastlane.FastReading, owners: dict[int, Owner | None], dt: float | None, now: float
+    ) -> None:
+        """Credit the jobs holding the GPU with this round (caller holds the lock)."""
+        if r.procs is None:
+            return  # the process list could not be read: keep what we knew
+        g.procs_seen = r.procs
+        pod = self.attribution.pod_of(g.info.uuid) if self.attribution is not None else None
+        holders = shares(r.procs, owners, r.proc_util, pod)
+        if dt is not None and r.busy is not None:
+            g.jobs.integrate(holders, dt=dt, busy=r.busy, power=r.gauges.power_watts, now=now,
+                             energy_from_power=g.energy_from_power)  # fmt: skip
+        else:
+            g.jobs.seen(holders, now)
+        g.jobs.expire(now, self.opt.job_grace)
 
     def _each(
         self, gpus: list[TrackedGpu], read: Callable[[TrackedGpu], R], fold: Callable[[TrackedGpu, R], None]
@@ -285,6 +313,7 @@ class Sampler:
                 self._minute = minute
                 for g in self._gpus:
                     g.minute_base = g.counters.copy()
+                    g.job_minute_base = g.jobs.copy()
             elif minute != self._minute:
                 self._close_minute(minute)
 
@@ -292,12 +321,14 @@ class Sampler:
         """Emit each GPU's increments for the current minute (caller holds the lock)."""
         if self._minute is None:
             return
-        rows = []
+        rows: list[MinuteRow | JobMinuteRow] = []
         for g in self._gpus:
             row = minute_row(self._minute, g.info, g.counters, g.minute_base)
             g.minute_base = g.counters.copy()
             if any(v for v in row.values.values()):
                 rows.append(row)
+            rows.extend(job_minute_rows(self._minute, g.info.uuid, g.jobs.jobs, g.job_minute_base))
+            g.job_minute_base = g.jobs.copy()
         self._minute = next_minute
         if rows and self._minute_sink is not None:
             self._minute_sink(rows)
@@ -306,6 +337,7 @@ class Sampler:
 
     def _publish(self, duration: float) -> None:
         proc = process.read()
+        extra = self._extras() if self._extras is not None else Extras()
         with self._lock:
             self._seq += 1
             self._snapshot = Snapshot(
@@ -319,9 +351,11 @@ class Sampler:
                 sample_duration_seconds=duration,
                 gpus=tuple(g.snapshot() for g in self._gpus),
                 reader_errors=self.errors.totals(),
-                history=self._history_stats() if self._history_stats else None,
+                history=extra.history,
                 process=proc,
-                bench=self._bench_state() if self._bench_state else None,
+                bench=extra.bench,
+                queue=extra.queue,
+                kubelet_up=self.attribution.kubelet_up if self.attribution else None,
             )
         if self._on_snapshot is not None:
             try:

@@ -67,6 +67,7 @@ def apply(gpu: TrackedGpu, r: SlowReading) -> None:
             c.energy_joules = 0.0
         elif gpu.energy_raw is not None and r.energy_raw >= gpu.energy_raw:
             c.energy_joules += r.energy_raw - gpu.energy_raw
+            gpu.jobs.apportion_energy(r.energy_raw - gpu.energy_raw)
         # a counter that went backwards (driver reload) restarts from the new value
         gpu.energy_raw = r.energy_raw
     if r.health:

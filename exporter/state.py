@@ -7,11 +7,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
+from exporter.jobs import JobCounters, JobKey
 from exporter.process import ProcessStats
 from exporter.readers import DeviceInfo, EccErrors, PcieThroughput, RemappedRows
 
 if TYPE_CHECKING:
     from exporter.benchmarks.state import BenchSnapshot
+    from exporter.slurm.watcher import QueueSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A histogram's state: cumulative counts per upper bound (the +Inf bucket is ``count``)."""
+
+    uppers: tuple[float, ...]
+    cumulative: tuple[int, ...]
+    sum: float
+    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,18 +99,59 @@ def minute_row(minute: int, info: DeviceInfo, now: GpuCounters, base: GpuCounter
 
 
 @dataclass(frozen=True, slots=True)
+class JobMinuteRow:
+    """One job's increments on one GPU during one minute."""
+
+    minute: int
+    uuid: str
+    job: JobKey
+    sampled_seconds: float
+    busy_seconds: float
+    energy_joules: float
+
+
+def job_minute_rows(
+    minute: int, uuid: str, now: Mapping[JobKey, JobCounters], base: Mapping[JobKey, JobCounters]
+) -> list[JobMinuteRow]:
+    rows = []
+    for key, c in now.items():
+        b = base.get(key)
+        row = JobMinuteRow(
+            minute,
+            uuid,
+            key,
+            c.sampled_seconds - (b.sampled_seconds if b else 0.0),
+            c.busy_seconds - (b.busy_seconds if b else 0.0),
+            c.energy_joules - (b.energy_joules if b else 0.0),
+        )
+        if row.sampled_seconds > 0 or row.energy_joules > 0:
+            rows.append(row)
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSnapshot:
     info: DeviceInfo
     up: bool
     gauges: GpuGauges
     health: GpuHealth
     counters: GpuCounters
+    jobs: Mapping[JobKey, JobCounters] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class HistoryStats:
     rows_written: int = 0
     write_errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Extras:
+    """What the daemon's other parts add to each snapshot (absent parts stay None)."""
+
+    history: HistoryStats | None = None
+    bench: BenchSnapshot | None = None
+    queue: QueueSnapshot | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +169,8 @@ class Snapshot:
     history: HistoryStats | None = None
     process: ProcessStats | None = None
     bench: BenchSnapshot | None = None
+    kubelet_up: bool | None = None  # None: the kubelet's pod-resources API is not in use
+    queue: QueueSnapshot | None = None  # the Slurm watcher's view, on the watcher node
 
 
 EMPTY = Snapshot(

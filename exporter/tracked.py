@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from exporter.readers import DeviceInfo, GpuLost, NotSupported, ReaderError, ReaderUnavailable
+from exporter.jobs import GpuJobs, JobCounters, JobKey
+from exporter.readers import DeviceInfo, GpuLost, NotSupported, Process, ReaderError, ReaderUnavailable
 from exporter.state import GpuCounters, GpuGauges, GpuHealth, GpuSnapshot
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,12 @@ class TrackedGpu:
     # when it last had a process or utilisation at or over the gate's threshold
     observed_since: float | None = None
     last_active_at: float | None = None
+    # jobs holding the GPU
+    jobs: GpuJobs = field(default_factory=GpuJobs)
+    procs_seen: list[Process] = field(default_factory=list)
     # history
     minute_base: GpuCounters = field(default_factory=GpuCounters)
+    job_minute_base: dict[JobKey, JobCounters] = field(default_factory=dict)
 
     def snapshot(self) -> GpuSnapshot:
         return GpuSnapshot(
@@ -47,6 +52,7 @@ class TrackedGpu:
             gauges=self.gauges,
             health=self.health,
             counters=self.counters.copy(),
+            jobs=self.jobs.copy(),
         )
 
 

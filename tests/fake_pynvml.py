@@ -121,6 +121,13 @@ class FakeNvml:
             SimpleNamespace(pid=99, usedGpuMemory=None),
         ]  # memory hidden (no permission)
 
+    def nvmlDeviceGetProcessUtilization(self, h: int, since: int) -> list[Any]:
+        self._check("nvmlDeviceGetProcessUtilization")
+        if isinstance(REC["proc_util"], str):
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return [SimpleNamespace(pid=p, smUtil=sm, memUtil=mem, timeStamp=ts, encUtil=0, decUtil=0)
+                for p, sm, mem, ts in REC["proc_util"] * 2]  # two samples per process  # fmt: skip
+
     def nvmlDeviceGetTotalEccErrors(self, h: int, kind: int, counter: int) -> int:
         self._check("nvmlDeviceGetTotalEccErrors")
         return 5 if kind == real.NVML_MEMORY_ERROR_TYPE_CORRECTED else int(REC["ecc_uncorrected_volatile"])

@@ -43,6 +43,15 @@ def test_values_come_back_in_si_units() -> None:
     assert (pcie.tx_bytes_per_second, pcie.rx_bytes_per_second) == (1000 * 1024, 2000 * 1024)
 
 
+def test_process_utilization_averages_samples_and_not_found_is_empty() -> None:
+    fake, r = opened()
+    got = r.process_utilization(0)
+    pid, sm, mem, _ = REC["proc_util"][0]
+    assert len(got) == 1 and got[0].pid == pid and got[0].sm == sm / 100 and got[0].memory == mem / 100
+    fake.fail["nvmlDeviceGetProcessUtilization"] = real.NVML_ERROR_NOT_FOUND
+    assert r.process_utilization(0) == []  # no process ran in NVML's window
+
+
 def test_samples_buffer_since_and_not_found() -> None:
     _, r = opened()
     samples = r.utilization_samples(0, 0)

@@ -244,7 +244,7 @@ def test_minute_rollups_hold_the_counter_increments() -> None:
     rows: list[MinuteRow] = []
     wall = [600.0]
     s = make_sampler(r)
-    s._minute_sink = rows.extend
+    s._minute_sink = rows.extend  # type: ignore[assignment]
     s._wall = lambda: wall[0]
     s.tick()
     for _ in range(150):  # 2.5 minutes at 1 s

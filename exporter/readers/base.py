@@ -86,6 +86,15 @@ class Process:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessUtil:
+    """A process' share of the GPU over the sampling window NVML reports (0..1)."""
+
+    pid: int
+    sm: float
+    memory: float
+
+
+@dataclass(frozen=True, slots=True)
 class GpmActivity:
     """Hopper GPM activity over the interval since the previous ``gpm`` call, 0..1."""
 
@@ -167,6 +176,11 @@ class Reader(Protocol):
     def clocks(self, index: int) -> Clocks: ...
     def clock_event_reasons(self, index: int) -> int: ...
     def processes(self, index: int) -> list[Process]: ...
+    def process_utilization(self, index: int) -> list[ProcessUtil]:
+        """Per-process SM and memory activity over NVML's recent window; [] when no process
+        ran in it."""
+        ...
+
     def gpm(self, index: int) -> GpmActivity | None:
         """Activity since the previous call; None on the first call."""
         ...

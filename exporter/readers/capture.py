@@ -53,6 +53,7 @@ class Record:
     memory_clock_hertz: float
     clock_event_reasons: int
     processes: tuple[tuple[int, int], ...]
+    process_util: tuple[tuple[int, float, float], ...]  # pid, SM share, memory share
     gpm: Gpm | None
     ecc_uncorrected: int | None
 
@@ -165,6 +166,10 @@ def _record(path: Path, n: int, raw: dict[str, Any]) -> Record:
             else None
         )
         ecc = raw.get("ecc_uncorrected_volatile")
+        pu = raw.get("proc_util")
+        process_util = (
+            tuple((int(p[0]), float(p[1]) / 100, float(p[2]) / 100) for p in pu) if isinstance(pu, list) else ()
+        )
         return Record(
             t=float(raw["t"]),
             power_watts=float(raw["power_mW"]) / 1000.0,
@@ -177,6 +182,7 @@ def _record(path: Path, n: int, raw: dict[str, Any]) -> Record:
             memory_clock_hertz=float(raw["mem_clock_MHz"]) * 1e6,
             clock_event_reasons=int(raw.get("clock_event_reasons", 0)),
             processes=tuple((int(p), int(b)) for p, b in raw.get("procs") or []),
+            process_util=process_util,
             gpm=gpm,
             ecc_uncorrected=None if ecc is None else int(ecc),
         )

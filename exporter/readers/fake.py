@@ -25,6 +25,7 @@ from exporter.readers.base import (
     NotSupported,
     PcieThroughput,
     Process,
+    ProcessUtil,
     ReaderError,
     RemappedRows,
     Utilization,
@@ -42,6 +43,7 @@ H200_LATENCIES: dict[str, float] = {
     "clock_event_reasons": 3e-6,
     "memory": 13e-6,
     "processes": 13e-6,
+    "process_utilization": 30e-6,
     "energy_joules": 4.1e-3,
     "utilization_samples": 2.8e-3,
     "gpm": 40e-6,
@@ -71,6 +73,7 @@ class FakeGpu:
     memory_hertz: float = 3.2e9
     clock_event_reasons: int = 0
     processes: list[Process] = field(default_factory=list)
+    process_util: list[ProcessUtil] = field(default_factory=list)
     gpm: GpmActivity | None = None  # None: GPM not supported
     ecc: EccErrors = field(default_factory=lambda: EccErrors(0, 0))
     remapped: RemappedRows = field(default_factory=lambda: RemappedRows(0, 0, False, False))
@@ -205,6 +208,9 @@ class FakeReader:
 
     def processes(self, index: int) -> list[Process]:
         return list(self._gpu("processes", index).processes)
+
+    def process_utilization(self, index: int) -> list[ProcessUtil]:
+        return list(self._gpu("process_utilization", index).process_util)
 
     def gpm(self, index: int) -> GpmActivity | None:
         g = self._gpu("gpm", index)

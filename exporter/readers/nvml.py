@@ -23,6 +23,7 @@ from exporter.readers.base import (
     NotSupported,
     PcieThroughput,
     Process,
+    ProcessUtil,
     ReaderError,
     ReaderUnavailable,
     RemappedRows,
@@ -165,6 +166,23 @@ class NvmlReader:
     def processes(self, index: int) -> list[Process]:
         procs = self._dev("processes", index, self.n.nvmlDeviceGetComputeRunningProcesses)
         return [Process(pid=int(p.pid), used_memory_bytes=_mem(p.usedGpuMemory)) for p in procs]
+
+    def process_utilization(self, index: int) -> list[ProcessUtil]:
+        n = self.n
+        since = int((time.time() - 5.0) * 1e6)  # NVML's buffer: the last few seconds
+        try:
+            samples = self._dev("process_utilization", index, n.nvmlDeviceGetProcessUtilization, since)
+        except ReaderError as e:
+            if isinstance(e.__cause__, n.NVMLError) and e.__cause__.value == n.NVML_ERROR_NOT_FOUND:
+                return []  # no process ran in the window
+            raise
+        by_pid: dict[int, list[tuple[float, float]]] = {}
+        for s in samples:
+            by_pid.setdefault(int(s.pid), []).append((s.smUtil / 100.0, s.memUtil / 100.0))
+        return [
+            ProcessUtil(pid, sum(v[0] for v in vals) / len(vals), sum(v[1] for v in vals) / len(vals))
+            for pid, vals in by_pid.items()
+        ]
 
     def gpm(self, index: int) -> GpmActivity | None:
         n = self.n

@@ -27,6 +27,7 @@ from exporter.readers.base import (
     NotSupported,
     PcieThroughput,
     Process,
+    ProcessUtil,
     ReaderError,
     RemappedRows,
     Utilization,
@@ -151,6 +152,10 @@ class ReplayReader:
     def processes(self, index: int) -> list[Process]:
         r = self._record(index, "processes")
         return [Process(pid=pid + index, used_memory_bytes=used) for pid, used in r.processes]
+
+    def process_utilization(self, index: int) -> list[ProcessUtil]:
+        r = self._record(index, "process_utilization")
+        return [ProcessUtil(pid=pid + index, sm=sm, memory=mem) for pid, sm, mem in r.process_util]
 
     def gpm(self, index: int) -> GpmActivity | None:
         self._dev(index, "gpm")

@@ -1,0 +1,130 @@
+"""Per-job accounting on each GPU: which jobs hold it, and their share of its busy time and energy.
+
+A *job* is whatever holds a GPU: a Slurm job, a Kubernetes container, or a user's own process;
+its key carries every identity found (empty where unknown). When several jobs share a GPU in a
+round, each gets a share of that round, weighted by (first available):
+
+1. NVML's per-process SM utilisation (``process_utilization``),
+2. the GPU memory each job's processes hold,
+3. equal parts.
+
+``sampled`` grows by the whole round for every holder (the time it held the GPU); ``busy`` by the
+GPU's busy time × share. Energy is apportioned from the GPU's energy counter: between two counter
+reads each job accrues power × time × share, and the counter's increase is split in proportion, so
+the jobs' energy never exceeds what the counter measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from exporter.attribution.kubelet import PodDevice
+from exporter.attribution.procfs import Owner
+from exporter.readers import Process, ProcessUtil
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class JobKey:
+    job_id: str = ""  # Slurm job id
+    user: str = ""
+    pod: str = ""  # pod name, or its UID when the kubelet cannot name it
+    namespace: str = ""
+    container: str = ""  # container name, or the first 12 digits of its id
+
+    def labels(self) -> tuple[str, str, str, str, str]:
+        return (self.job_id, self.user, self.pod, self.namespace, self.container)
+
+
+@dataclass(slots=True)
+class JobCounters:
+    sampled_seconds: float = 0.0
+    busy_seconds: float = 0.0
+    energy_joules: float = 0.0
+    power_integral: float = 0.0  # J by power x time x share since the last energy apportioning
+    last_seen: float = 0.0  # monotonic
+    holding: bool = False
+
+    def copy(self) -> JobCounters:
+        return dataclasses.replace(self)
+
+
+def job_key(owner: Owner | None, pod: PodDevice | None) -> JobKey:
+    o = owner or Owner()
+    if pod is not None:  # the kubelet allocated this GPU to a pod: its names beat cgroup ids
+        return JobKey(o.job_id, o.user, pod.pod, pod.namespace, pod.container)
+    return JobKey(o.job_id, o.user, o.pod_uid, "", o.container_id[:12])
+
+
+def shares(
+    procs: list[Process],
+    owners: Mapping[int, Owner | None],
+    util: list[ProcessUtil] | None,
+    pod: PodDevice | None,
+) -> dict[JobKey, float]:
+    """Each holding job's share of this round (summing to 1), by the rules in the module doc."""
+    if not procs:
+        return {}
+    keys = {p.pid: job_key(owners.get(p.pid), pod) for p in procs}
+    sm = {u.pid: u.sm for u in util or [] if u.pid in keys}
+    if sum(sm.values()) > 0:
+        weights = {pid: sm.get(pid, 0.0) for pid in keys}
+    elif any(p.used_memory_bytes for p in procs):
+        weights = {p.pid: float(p.used_memory_bytes or 0) for p in procs}
+    else:
+        weights = dict.fromkeys(keys, 1.0)
+    total = sum(weights.values())
+    out: dict[JobKey, float] = {}
+    for pid, key in keys.items():
+        out[key] = out.get(key, 0.0) + weights[pid] / total
+    return out
+
+
+@dataclass
+class GpuJobs:
+    jobs: dict[JobKey, JobCounters] = field(default_factory=dict)
+    gpu_power_integral: float = 0.0  # the whole GPU's, since the last energy apportioning
+
+    def integrate(
+        self, holders: Mapping[JobKey, float], *, dt: float, busy: float, power: float | None,
+        now: float, energy_from_power: bool,
+    ) -> None:  # fmt: skip
+        for c in self.jobs.values():
+            c.holding = False
+        p = power or 0.0
+        self.gpu_power_integral += p * dt
+        for key, share in holders.items():
+            c = self.jobs.setdefault(key, JobCounters())
+            c.holding, c.last_seen = True, now
+            c.sampled_seconds += dt
+            c.busy_seconds += busy * dt * share
+            if energy_from_power:
+                c.energy_joules += p * dt * share
+            else:
+                c.power_integral += p * dt * share
+
+    def seen(self, holders: Mapping[JobKey, float], now: float) -> None:
+        """A round that cannot be integrated (baseline, gap) still says who holds the GPU."""
+        for c in self.jobs.values():
+            c.holding = False
+        for key in holders:
+            c = self.jobs.setdefault(key, JobCounters())
+            c.holding, c.last_seen = True, now
+
+    def apportion_energy(self, delta: float) -> None:
+        """Split an increase of the GPU's energy counter over the jobs by their power integrals."""
+        if self.gpu_power_integral > 0 and delta > 0:
+            for c in self.jobs.values():
+                c.energy_joules += delta * c.power_integral / self.gpu_power_integral
+        for c in self.jobs.values():
+            c.power_integral = 0.0
+        self.gpu_power_integral = 0.0
+
+    def expire(self, now: float, grace: float) -> None:
+        """Forget jobs that left the GPU more than ``grace`` seconds ago (bounded cardinality)."""
+        for key in [k for k, c in self.jobs.items() if not c.holding and now - c.last_seen > grace]:
+            del self.jobs[key]
+
+    def copy(self) -> dict[JobKey, JobCounters]:
+        return {k: c.copy() for k, c in self.jobs.items()}

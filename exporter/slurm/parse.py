@@ -1,0 +1,182 @@
+"""Parse what Slurm's commands and files say about jobs.
+
+- ``squeue --json`` (22.05+; times plain integers, or ``{"set", "number"}`` objects from 23.02)
+- ``squeue -h -t all -o FORMAT`` for older Slurm (``TEXT_FORMAT``, fields split on ``|``)
+- the ``jobcomp/filetxt`` file: one ``Key=Value ...`` line per finished job; values such as the
+  job name may hold spaces, so a field runs until the next known key
+- ``sacct -P`` with a separator no job name contains (``SACCT_FIELDS``)
+
+Times in the text formats are the controller's local time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.history import FinishedJob
+
+
+@dataclass(frozen=True)
+class QueueJob:
+    job_id: str
+    name: str
+    user: str
+    partition: str
+    state: str  # PENDING, RUNNING, ...
+    reason: str
+    submit: float | None
+    eligible: float | None
+    start: float | None  # None until the job starts
+    gpus: int
+    restarts: int
+
+
+def local_time(text: str) -> float | None:
+    """'2026-11-30T03:05:50' (local) -> epoch seconds; None for Unknown, N/A, None or empty."""
+    text = text.strip()
+    if not text or text in ("Unknown", "N/A", "None", "(null)", "0"):
+        return None
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+_GPU_TRES = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
+_GPU_GRES = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
+
+
+def gpus_requested(tres_req: str = "", per_job: str = "", per_node: str = "", nodes: int = 1) -> int:
+    """GPUs a job asks for, from its TRES strings (gres/gpu=N) or gres (gpu[:type]:N)."""
+    if m := _GPU_GRES.search(per_job or ""):
+        return int(m.group(1))
+    if m := _GPU_GRES.search(per_node or ""):
+        return int(m.group(1)) * max(1, nodes)
+    if m := _GPU_TRES.search(tres_req or ""):
+        return int(m.group(1))
+    return 0
+
+
+def _num(v: Any) -> float | None:
+    """A squeue JSON time: an int (22.05) or {"set": bool, "number": int} (23.02+); 0 = unset."""
+    if isinstance(v, dict):
+        v = v.get("number") if v.get("set", True) and not v.get("infinite") else None
+    if v in (None, 0, ""):
+        return None
+    return float(v)
+
+
+def _state(v: Any) -> str:
+    return str(v[0] if isinstance(v, list) and v else v or "")
+
+
+def squeue_json(text: str) -> list[QueueJob]:
+    data = json.loads(text)
+    out = []
+    for j in data.get("jobs", []):
+        nodes = j.get("node_count")
+        nodes = int(_num(nodes) or 1)
+        out.append(QueueJob(
+            job_id=str(j.get("job_id", "")),
+            name=str(j.get("name", "")),
+            user=str(j.get("user_name") or j.get("user_id", "")),
+            partition=str(j.get("partition", "")),
+            state=_state(j.get("job_state")),
+            reason=str(j.get("state_reason", "")),
+            submit=_num(j.get("submit_time")),
+            eligible=_num(j.get("eligible_time")),
+            start=_num(j.get("start_time")),
+            gpus=gpus_requested(str(j.get("tres_req_str") or ""), str(j.get("tres_per_job") or ""),
+                                str(j.get("tres_per_node") or ""), nodes),
+            restarts=int(_num(j.get("restart_cnt")) or 0),
+        ))  # fmt: skip
+    return out
+
+
+TEXT_FORMAT = "%i|%P|%T|%r|%V|%S|%u|%b|%D|%j"
+"""id, partition, state, reason, submit, start, user, gres per node, nodes, name (last: may hold |)."""
+
+
+def squeue_text(text: str) -> list[QueueJob]:
+    out = []
+    for line in text.splitlines():
+        parts = line.split("|", 9)
+        if len(parts) < 10:
+            continue
+        job_id, partition, state, reason, submit, start, user, gres, nodes, name = parts
+        out.append(QueueJob(
+            job_id=job_id.strip(), name=name, user=user, partition=partition, state=state, reason=reason,
+            submit=local_time(submit), eligible=None, start=local_time(start),
+            gpus=gpus_requested(per_node=gres, nodes=int(nodes) if nodes.strip().isdigit() else 1), restarts=0,
+        ))  # fmt: skip
+    return out
+
+
+JOBCOMP_KEYS = (
+    "JobId", "UserId", "GroupId", "Name", "JobState", "Partition", "TimeLimit", "StartTime", "EndTime",
+    "NodeList", "NodeCnt", "ProcCnt", "WorkDir", "ReservationName", "Tres", "Account", "QOS", "WcKey",
+    "Cluster", "SubmitTime", "EligibleTime", "ArrayJobId", "ArrayTaskId", "DerivedExitCode", "ExitCode",
+)  # fmt: skip
+_KEY = re.compile(r"(?:^| )(" + "|".join(JOBCOMP_KEYS) + r")=")
+
+
+def jobcomp_fields(line: str) -> dict[str, str]:
+    """Split one jobcomp/filetxt line. A value runs until the next known key; when a key repeats
+    (a job name that spells one out) the last occurrence wins."""
+    marks = list(_KEY.finditer(line.rstrip("\n")))
+    out: dict[str, str] = {}
+    for m, nxt in zip(marks, [*marks[1:], None], strict=True):
+        out[m.group(1)] = line[m.end() : nxt.start() if nxt else len(line.rstrip("\n"))].rstrip(" ")
+    return out
+
+
+def _user(v: str) -> str:
+    return v.split("(", 1)[0] if "(" in v else v
+
+
+def jobcomp_line(line: str) -> FinishedJob | None:
+    f = jobcomp_fields(line)
+    end = local_time(f.get("EndTime", ""))
+    if "JobId" not in f or end is None:
+        return None
+    start = local_time(f.get("StartTime", ""))
+    state = f.get("JobState", "").split(" ", 1)[0]
+    if f.get("NodeList", "") in ("(null)", "", "None assigned"):
+        start = None  # cancelled while pending: Slurm writes StartTime = EndTime, it never ran
+    return FinishedJob(
+        cluster=f.get("Cluster", "") if f.get("Cluster") != "unknown" else "",
+        job_id=f["JobId"], name=f.get("Name", ""), user=_user(f.get("UserId", "")),
+        partition=f.get("Partition", ""), state=state, submit=local_time(f.get("SubmitTime", "")),
+        eligible=local_time(f.get("EligibleTime", "")), start=start, end=end,
+        gpus=gpus_requested(f.get("Tres", "")), exit_code=f.get("ExitCode", ""), restarts=0,
+    )  # fmt: skip
+
+
+SACCT_SEP = "\x1f"  # ASCII unit separator: no job name has one
+SACCT_FIELDS = "JobIDRaw,Cluster,User,Partition,State,Submit,Eligible,Start,End,AllocTRES,ExitCode,Restarts,JobName"
+
+
+def sacct(text: str) -> list[FinishedJob]:
+    out = []
+    for line in text.splitlines():
+        parts = line.split(SACCT_SEP)
+        if len(parts) != SACCT_FIELDS.count(",") + 1:
+            continue
+        job_id, cluster, user, partition, state, submit, eligible, start, end, tres, exit_code, restarts, name = parts
+        end_t = local_time(end)
+        if end_t is None or "." in job_id:
+            continue  # still running, or a step
+        start_t = local_time(start)
+        state = state.split(" ", 1)[0]
+        if state == "CANCELLED" and start_t is not None and start_t >= end_t and not tres:
+            start_t = None  # cancelled while pending
+        out.append(FinishedJob(
+            cluster=cluster, job_id=job_id, name=name, user=user, partition=partition, state=state,
+            submit=local_time(submit), eligible=local_time(eligible), start=start_t, end=end_t,
+            gpus=gpus_requested(tres), exit_code=exit_code, restarts=int(restarts) if restarts.isdigit() else 0,
+        ))  # fmt: skip
+    return out

@@ -1,0 +1,313 @@
+"""Watch the Slurm controller: pending work per partition, the wait of every job that starts,
+finished jobs by state, requeues. Runs in its own thread on the node configured as the watcher.
+
+- queue: ``squeue --json`` (Slurm 22.05+), else a fixed ``squeue -o`` format
+- finished jobs: ``sacct`` where slurmdbd accounting exists, else the ``jobcomp/filetxt`` file
+  (never ``sacct -c``: it reports Submit equal to Start)
+
+wait = start − submit, observed once per job, when the job is first seen started (running in
+squeue, or in its finished record); the eligible wait (start − eligible) beside it. A job cancelled
+while pending never started: it counts as cancelled, not as a wait sample. Requeues come from
+squeue's restart count. A failing or missing command sets ``gpuledger_queue_source_up 0``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from exporter.history import FinishedJob, HistoryWriter
+from exporter.slurm import parse
+from exporter.slurm.commands import SourceError, run
+from exporter.state import Histogram
+
+if TYPE_CHECKING:
+    from exporter.config import SlurmSettings
+
+log = logging.getLogger(__name__)
+
+WAIT_BUCKETS: tuple[float, ...] = (10, 30, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 43200, 86400, 172800, 604800)
+FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                   "BOOT_FAIL", "DEADLINE")  # fmt: skip
+REQUEUE_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")  # jobcomp's line for a requeued run
+# squeue states that prove a job ran. A job cancelled (or preempted) while pending shows a start
+# time too (= its end), so those wait for the finished record, whose node list tells.
+RAN_STATES = frozenset({"RUNNING", "COMPLETING", "COMPLETED", "SUSPENDED", "STOPPED", "FAILED", "TIMEOUT",
+                        "OUT_OF_MEMORY", "NODE_FAIL"})  # fmt: skip
+
+
+class _Hist:
+    def __init__(self, uppers: tuple[float, ...]) -> None:
+        self.uppers, self.counts, self.sum, self.count = uppers, [0] * len(uppers), 0.0, 0
+
+    def observe(self, v: float) -> None:
+        self.sum += v
+        self.count += 1
+        for i, upper in enumerate(self.uppers):
+            if v <= upper:
+                self.counts[i] += 1
+
+    def freeze(self) -> Histogram:
+        return Histogram(self.uppers, tuple(self.counts), self.sum, self.count)
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    sources: Mapping[str, bool] = field(default_factory=dict)
+    pending_jobs: Mapping[str, int] = field(default_factory=dict)
+    pending_gpus: Mapping[str, int] = field(default_factory=dict)
+    running_jobs: Mapping[str, int] = field(default_factory=dict)
+    oldest_pending: Mapping[str, float] = field(default_factory=dict)
+    wait: Mapping[str, Histogram] = field(default_factory=dict)
+    eligible_wait: Mapping[str, Histogram] = field(default_factory=dict)
+    finished: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    requeued: Mapping[str, int] = field(default_factory=dict)
+
+
+class SlurmWatcher:
+    def __init__(self, settings: SlurmSettings, history: HistoryWriter | None, clock: Callable[[], float] = time.time):
+        self.s = settings
+        self.history = history
+        self._clock = clock
+        self._env = dict(os.environ, **({"SLURM_CONF": str(settings.conf)} if settings.conf else {}))
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started_at = clock()
+        self._json = True
+        self._accounting: str | None = None if settings.accounting == "auto" else settings.accounting
+        self._jobcomp: Path | None = Path(settings.jobcomp_file) if settings.jobcomp_file else None
+        self._offset = 0
+        self._inode: int | None = None
+        self._sacct_since = self._started_at - settings.interval
+        self._sacct_seen: dict[tuple[str, float], float] = {}
+        self._observed: dict[tuple[str, float | None], float] = {}  # (job, submit) -> when
+        self._restarts: dict[str, int] = {}
+        self._partitions: set[str] = set()
+        self._sources: dict[str, bool] = {}
+        self._pending: dict[str, int] = {}
+        self._pending_gpus: dict[str, int] = {}
+        self._running: dict[str, int] = {}
+        self._oldest: dict[str, float] = {}
+        self._wait: dict[str, _Hist] = {}
+        self._eligible_wait: dict[str, _Hist] = {}
+        self._finished: dict[tuple[str, str], int] = {}
+        self._requeued: dict[str, int] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="gpuledger-slurm", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.s.command_timeout * 2 + 5)
+
+    def _run(self) -> None:
+        while True:
+            self.poll()
+            if self._stop.wait(self.s.interval):
+                return
+
+    def poll(self) -> None:
+        """One look at the queue and at the finished jobs. Never raises."""
+        for step in (self._poll_queue, self._poll_finished):
+            try:
+                step()
+            except Exception:
+                log.exception("slurm watcher: %s failed", step.__name__)
+
+    def snapshot(self) -> QueueSnapshot:
+        with self._lock:
+            return QueueSnapshot(
+                sources=dict(self._sources),
+                pending_jobs={p: self._pending.get(p, 0) for p in self._partitions},
+                pending_gpus={p: self._pending_gpus.get(p, 0) for p in self._partitions},
+                running_jobs={p: self._running.get(p, 0) for p in self._partitions},
+                oldest_pending={p: self._oldest.get(p, 0.0) for p in self._partitions},
+                wait={p: h.freeze() for p, h in self._wait.items()},
+                eligible_wait={p: h.freeze() for p, h in self._eligible_wait.items()},
+                finished=dict(self._finished),
+                requeued={p: self._requeued.get(p, 0) for p in self._partitions},
+            )
+
+    # --- the queue ----------------------------------------------------------------------
+
+    def _squeue(self) -> list[parse.QueueJob]:
+        if self._json:
+            try:
+                return parse.squeue_json(run([self.s.squeue, "--json"], self.s.command_timeout, self._env))
+            except SourceError as e:
+                if "json" not in str(e).lower() and "unrecognized" not in str(e).lower():
+                    raise
+                log.info("squeue has no --json here (%s); using its text format", e)
+                self._json = False
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                log.info("squeue --json output not understood (%s); using the text format", e)
+                self._json = False
+        out = run([self.s.squeue, "-h", "-t", "all", "-o", parse.TEXT_FORMAT], self.s.command_timeout, self._env)
+        return parse.squeue_text(out)
+
+    def _poll_queue(self) -> None:
+        try:
+            jobs = self._squeue()
+        except SourceError as e:
+            self._down("squeue", e)
+            return
+        now = self._clock()
+        pending: dict[str, int] = {}
+        gpus: dict[str, int] = {}
+        running: dict[str, int] = {}
+        oldest: dict[str, float] = {}
+        with self._lock:
+            self._sources["squeue"] = True
+            for j in jobs:
+                self._partitions.add(j.partition)
+                if j.state == "PENDING":
+                    pending[j.partition] = pending.get(j.partition, 0) + 1
+                    gpus[j.partition] = gpus.get(j.partition, 0) + j.gpus
+                    if j.submit is not None:
+                        oldest[j.partition] = max(oldest.get(j.partition, 0.0), now - j.submit)
+                elif j.start is not None and j.state in RAN_STATES:
+                    if j.state == "RUNNING":
+                        running[j.partition] = running.get(j.partition, 0) + 1
+                    self._observe_start(j.job_id, j.partition, j.submit, j.eligible, j.start, now)
+                before = self._restarts.get(j.job_id)
+                if before is not None and j.restarts > before:
+                    self._requeued[j.partition] = self._requeued.get(j.partition, 0) + j.restarts - before
+                self._restarts[j.job_id] = j.restarts
+            listed = {j.job_id for j in jobs}
+            self._restarts = {k: v for k, v in self._restarts.items() if k in listed}
+            self._pending, self._pending_gpus, self._running, self._oldest = pending, gpus, running, oldest
+            self._prune(now)
+
+    def _observe_start(self, job_id: str, partition: str, submit: float | None, eligible: float | None,
+                       start: float, now: float) -> None:  # fmt: skip
+        """Caller holds the lock. Once per (job, submit time): a requeued job keeps its submit
+        time, so only its first start is a wait sample."""
+        key = (job_id, submit)
+        if key in self._observed or submit is None:
+            return
+        self._observed[key] = now
+        self._partitions.add(partition)
+        self._wait.setdefault(partition, _Hist(WAIT_BUCKETS)).observe(max(0.0, start - submit))
+        if eligible is not None:
+            self._eligible_wait.setdefault(partition, _Hist(WAIT_BUCKETS)).observe(max(0.0, start - eligible))
+
+    def _prune(self, now: float) -> None:
+        for key in [k for k, t in self._observed.items() if now - t > 2 * 86400]:
+            del self._observed[key]
+        for key in [k for k, t in self._sacct_seen.items() if now - t > 2 * 86400]:
+            del self._sacct_seen[key]
+
+    def _down(self, source: str, e: Exception) -> None:
+        with self._lock:
+            was = self._sources.get(source)
+            self._sources[source] = False
+        if was is not False:
+            log.error("slurm watcher: %s unavailable (%s); gpuledger_queue_source_up{source=%r} 0", source, e, source)
+
+    # --- finished jobs ------------------------------------------------------------------
+
+    def _poll_finished(self) -> None:
+        if self._accounting is None:
+            self._accounting = self._detect()
+        if self._accounting == "sacct":
+            self._poll_sacct()
+        elif self._accounting == "jobcomp":
+            self._poll_jobcomp()
+
+    def _detect(self) -> str | None:
+        try:
+            run([self.s.sacct, "-n", "-X", "-S", "now"], self.s.command_timeout, self._env)
+            log.info("slurm watcher: finished jobs from sacct (slurmdbd accounting)")
+            return "sacct"
+        except SourceError as e:
+            log.info("slurm watcher: no sacct accounting (%s); looking for a jobcomp file", e)
+        if self._jobcomp is None:
+            try:
+                config = run([self.s.scontrol, "show", "config"], self.s.command_timeout, self._env)
+            except SourceError as e:
+                self._down("accounting", e)
+                return None
+            settings = dict(
+                (k.strip(), v.strip()) for k, _, v in (line.partition("=") for line in config.splitlines()) if v
+            )
+            if settings.get("JobCompType") != "jobcomp/filetxt" or not settings.get("JobCompLoc"):
+                self._down("accounting", SourceError("neither slurmdbd accounting nor jobcomp/filetxt is set up"))
+                return None
+            self._jobcomp = Path(settings["JobCompLoc"])
+        log.info("slurm watcher: finished jobs from %s", self._jobcomp)
+        return "jobcomp"
+
+    def _poll_jobcomp(self) -> None:
+        assert self._jobcomp is not None
+        try:
+            st = self._jobcomp.stat()
+            if self._inode != st.st_ino or st.st_size < self._offset:
+                self._inode, self._offset = st.st_ino, 0  # new or truncated file: read it from the top
+            with self._jobcomp.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            with self._lock:
+                self._sources["jobcomp"] = True  # no job has finished yet
+            return
+        except OSError as e:
+            self._down("jobcomp", e)
+            return
+        complete = data[: data.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        records = []
+        for line in complete.decode("utf-8", errors="replace").splitlines():
+            state = parse.jobcomp_fields(line).get("JobState", "").split(" ", 1)[0]
+            if state in REQUEUE_STATES:
+                continue  # the end of a run that was requeued; counted from squeue's restart count
+            job = parse.jobcomp_line(line)
+            if job is not None:
+                records.append(job)
+        with self._lock:
+            self._sources["jobcomp"] = True
+        self._finish(records)
+
+    def _poll_sacct(self) -> None:
+        now = self._clock()
+        argv = [self.s.sacct, "-a", "-X", "-n", "-P", f"--delimiter={parse.SACCT_SEP}", "-o", parse.SACCT_FIELDS,
+                "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._sacct_since)),
+                "-E", "now", "-s", ",".join(FINISHED_STATES)]  # fmt: skip
+        try:
+            records = parse.sacct(run(argv, self.s.command_timeout, self._env))
+        except SourceError as e:
+            self._down("sacct", e)
+            return
+        with self._lock:
+            self._sources["sacct"] = True
+            fresh = [j for j in records if (j.job_id, j.end) not in self._sacct_seen]
+            for j in fresh:
+                self._sacct_seen[(j.job_id, j.end)] = now
+        self._sacct_since = now - 600  # overlap: late records and clock skew; dedupe above
+        self._finish(fresh)
+
+    def _finish(self, jobs: list[FinishedJob]) -> None:
+        """Count finished jobs (those that ended since the watcher started) and keep all of them."""
+        now = self._clock()
+        with self._lock:
+            for j in jobs:
+                if j.end < self._started_at - self.s.interval:
+                    continue  # history from before this process: stored, not counted
+                self._partitions.add(j.partition)
+                key = (j.partition, j.state)
+                self._finished[key] = self._finished.get(key, 0) + 1
+                if j.start is not None:
+                    self._observe_start(j.job_id, j.partition, j.submit, j.eligible, j.start, now)
+        if jobs and self.history is not None:
+            self.history.submit(list(jobs))
