@@ -85,12 +85,15 @@ class Exporter:
             minute_sink=self.history.submit if self.history else None,
             extras=self._extras,
             on_snapshot=lambda snap: self.exposition.prepare(snap),
+            # the pids of replayed or fake GPUs are not this host's processes: no attribution there
             attribution=Attribution(
                 s.attribution.proc_root,
                 s.attribution.passwd_file,
                 kubelet_socket(s.attribution.kubelet_socket, DEFAULT_SOCKET),
                 s.attribution.pods_interval,
-            ),
+            )
+            if self.reader.kind == "nvml"
+            else None,
         )
         self.slurm = SlurmWatcher(s.slurm, self.history) if s.slurm.enabled else None
         self.exposition = Exposition(lambda: self.sampler.snapshot)

@@ -17,9 +17,9 @@ from exporter import fastlane, process, slowlane
 from exporter.attribution.attributor import Attribution
 from exporter.attribution.procfs import Owner
 from exporter.jobs import shares
-from exporter.readers import GpuLost, NotSupported, Reader, ReaderError, ReaderUnavailable, XidEvent
+from exporter.readers import GpuLost, Reader, ReaderError, ReaderUnavailable, XidEvent
 from exporter.state import EMPTY, Extras, JobMinuteRow, MinuteRow, Snapshot, job_minute_rows, minute_row
-from exporter.tracked import ErrorBook, TrackedGpu
+from exporter.tracked import ErrorBook, TrackedGpu, count_xids, idle_status, watch_xids
 
 log = logging.getLogger(__name__)
 
@@ -198,20 +198,10 @@ class Sampler:
     def idle_status(self, window: float) -> tuple[bool, str]:
         """Whether every GPU has been watched, idle (no process, utilisation under the gate's
         threshold), for the last ``window`` seconds; and why not."""
-        now = time.monotonic()
         with self._lock:
             if not self._nvml_up:
                 return False, "the GPU reader is down"
-            for g in self._gpus:
-                i = g.info.index
-                if not g.up or g.lost:
-                    return False, f"gpu {i} is down"
-                if g.observed_since is None or now - g.observed_since < window:
-                    seen = 0.0 if g.observed_since is None else now - g.observed_since
-                    return False, f"gpu {i} has been watched for {seen:.0f} s of the {window:.0f} s idle window"
-                if g.last_active_at is not None and now - g.last_active_at < window:
-                    return False, f"gpu {i} was busy {now - g.last_active_at:.0f} s ago"
-        return True, "idle"
+            return idle_status(self._gpus, window, time.monotonic())
 
     def gpu_count(self) -> int:
         with self._lock:
@@ -380,34 +370,8 @@ class Sampler:
             self.slow_tick()
 
     def _run_xid(self) -> None:
-        while not self._stop.is_set():
-            if not self._nvml_up:
-                self._stop.wait(1.0)
-                continue
-            try:
-                events = self.reader.wait_xid(1.0)
-            except NotSupported as e:
-                log.info(
-                    "XID events cannot be watched (%s); gpuledger_gpu_xid_errors_total stays absent",
-                    e,
-                )
-                return
-            except ReaderError as e:
-                e.call = e.call or "wait_xid"
-                self.errors.count(e)
-                self._stop.wait(5.0)
-                continue
-            if events:
-                self._record_xids(events)
+        watch_xids(self.reader, self._stop, lambda: self._nvml_up, self.errors, self._record_xids)
 
     def _record_xids(self, events: list[XidEvent]) -> None:
         with self._lock:
-            by_uuid = {g.info.uuid: g for g in self._gpus}
-            for ev in events:
-                uuid, xid = ev.uuid, ev.xid
-                g = by_uuid.get(uuid)
-                if g is None:
-                    log.warning("XID %d on an unknown GPU %r", xid, uuid)
-                    continue
-                g.counters.xid_errors[xid] = g.counters.xid_errors.get(xid, 0) + 1
-                log.warning("XID %d on gpu %d (%s)", xid, g.info.index, uuid)
+            count_xids(self._gpus, events)

@@ -9,7 +9,16 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from exporter.jobs import GpuJobs, JobCounters, JobKey
-from exporter.readers import DeviceInfo, GpuLost, NotSupported, Process, ReaderError, ReaderUnavailable
+from exporter.readers import (
+    DeviceInfo,
+    GpuLost,
+    NotSupported,
+    Process,
+    Reader,
+    ReaderError,
+    ReaderUnavailable,
+    XidEvent,
+)
 from exporter.state import GpuCounters, GpuGauges, GpuHealth, GpuSnapshot
 
 log = logging.getLogger(__name__)
@@ -97,3 +106,54 @@ def call(gpu: TrackedGpu, name: str, fn: Callable[[], T], errors: ErrorBook) -> 
             e.call = name
         errors.count(e)
         return None
+
+
+def idle_status(gpus: list[TrackedGpu], window: float, now: float) -> tuple[bool, str]:
+    """Whether every GPU has been watched, up and idle (no process, utilisation under the gate's
+    threshold) for the last ``window`` seconds; and why not. Caller holds the sampler lock."""
+    for g in gpus:
+        i = g.info.index
+        if not g.up or g.lost:
+            return False, f"gpu {i} is down"
+        if g.observed_since is None or now - g.observed_since < window:
+            seen = 0.0 if g.observed_since is None else now - g.observed_since
+            return False, f"gpu {i} has been watched for {seen:.0f} s of the {window:.0f} s idle window"
+        if g.last_active_at is not None and now - g.last_active_at < window:
+            return False, f"gpu {i} was busy {now - g.last_active_at:.0f} s ago"
+    return True, "idle"
+
+
+def watch_xids(
+    reader: Reader, stop: threading.Event, up: Callable[[], bool], errors: ErrorBook,
+    record: Callable[[list[XidEvent]], None],
+) -> None:  # fmt: skip
+    """The XID watcher thread: block on the reader's event set, one second at a time, until
+    ``stop``; hand events to ``record``. Ends quietly where events cannot be watched."""
+    while not stop.is_set():
+        if not up():
+            stop.wait(1.0)
+            continue
+        try:
+            events = reader.wait_xid(1.0)
+        except NotSupported as e:
+            log.info("XID events cannot be watched (%s); gpuledger_gpu_xid_errors_total stays absent", e)
+            return
+        except ReaderError as e:
+            e.call = e.call or "wait_xid"
+            errors.count(e)
+            stop.wait(5.0)
+            continue
+        if events:
+            record(events)
+
+
+def count_xids(gpus: list[TrackedGpu], events: list[XidEvent]) -> None:
+    """Caller holds the sampler lock."""
+    by_uuid = {g.info.uuid: g for g in gpus}
+    for ev in events:
+        g = by_uuid.get(ev.uuid)
+        if g is None:
+            log.warning("XID %d on an unknown GPU %r", ev.xid, ev.uuid)
+            continue
+        g.counters.xid_errors[ev.xid] = g.counters.xid_errors.get(ev.xid, 0) + 1
+        log.warning("XID %d on gpu %d (%s)", ev.xid, g.info.index, ev.uuid)
