@@ -20,7 +20,8 @@ COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
     && if [ "$BENCH" = "true" ]; then pip install --no-cache-dir "torch>=2.3,<3" numpy; fi
 USER gpuledger
-EXPOSE 10044
+# 10044 the exporter; 10045 `gpuledger analytics` or `gpuledger up` (reports under /var/lib/gpuledger)
+EXPOSE 10044 10045
 HEALTHCHECK --interval=30s --timeout=5s CMD ["python", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:10044/healthz', timeout=4)"]
 ENTRYPOINT ["gpuledger"]
 CMD ["exporter", "--reader", "nvml"]

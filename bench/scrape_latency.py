@@ -27,7 +27,7 @@ from bench.common import percentile, table, write_result
 from exporter.collector import Exposition
 from exporter.readers.fake import H200_LATENCIES, FakeReader
 from exporter.sampler import Sampler, SamplerOptions
-from exporter.web import MetricsServer, WebOptions, serve
+from exporter.web import ExporterSite, MetricsServer, WebOptions, serve
 
 GPUS = 8
 HEADERS = {
@@ -133,7 +133,7 @@ def main() -> None:
     expo = Exposition(lambda: sampler.snapshot)
     sampler = Sampler(reader, SamplerOptions(interval=1.0, hostname="bench"), on_snapshot=expo.prepare)
     sampler.start()
-    srv = MetricsServer(WebOptions(host="127.0.0.1", port=0), lambda: sampler.snapshot, expo)
+    srv = MetricsServer(WebOptions(host="127.0.0.1", port=0), ExporterSite(lambda: sampler.snapshot, expo))
     serve(srv)
     time.sleep(2.5)  # a few rounds so every metric has a value
     port = srv.server_address[1]

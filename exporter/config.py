@@ -13,7 +13,7 @@ import re
 import socket
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -147,10 +147,10 @@ class BenchSettings(_Section):
     @field_validator("cron")
     @classmethod
     def _cron(cls, v: str) -> str:
-        from apscheduler.triggers.cron import CronTrigger
+        from exporter.crontab import cron_trigger
 
         try:
-            CronTrigger.from_crontab(v)
+            cron_trigger(v)
         except ValueError as e:
             raise ValueError(f"not a crontab expression ({e})") from None
         return v
@@ -240,6 +240,11 @@ class Settings(BaseSettings):
     bench: BenchSettings = Field(default_factory=BenchSettings)
     attribution: AttributionSettings = Field(default_factory=AttributionSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    # The analytics' sections, validated by the analytics (analytics.config), which may import
+    # the exporter while the exporter never imports the analytics: one file serves both daemons.
+    analytics: dict[str, Any] = Field(default_factory=dict)
+    prometheus: dict[str, Any] = Field(default_factory=dict)
+    cost: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(
@@ -281,13 +286,20 @@ def read_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+S = TypeVar("S", bound=Settings)
+
+
 def load(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+    return load_settings(Settings, config_file, overrides)
+
+
+def load_settings(cls: type[S], config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> S:
     """Build the settings from every layer; ``overrides`` are CLI values as nested dicts."""
     config_file = config_file or os.environ.get(f"{ENV_PREFIX}CONFIG") or None
     data = read_file(config_file) if config_file else {}
     token = _file_data.set(data)
     try:
-        return Settings(**(overrides or {}))
+        return cls(**(overrides or {}))
     except ValidationError as e:
         raise ConfigError(describe(e, config_file)) from None
     except SettingsError as e:

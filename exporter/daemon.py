@@ -24,7 +24,7 @@ from exporter.readers.replay import ReplayReader
 from exporter.sampler import Sampler, SamplerOptions
 from exporter.slurm.watcher import SlurmWatcher
 from exporter.state import Extras
-from exporter.web import MetricsServer, WebOptions, serve
+from exporter.web import ExporterSite, MetricsServer, WebOptions, serve
 
 log = logging.getLogger("gpuledger.exporter")
 
@@ -105,10 +105,10 @@ class Exporter:
             tls_cert_file=str(s.web.tls_cert_file) if s.web.tls_cert_file else None,
             tls_key_file=str(s.web.tls_key_file) if s.web.tls_key_file else None,
             basic_auth_users=s.web.basic_auth_users,
-            stale_after=s.exporter.stale_after,
         )
+        site = ExporterSite(lambda: self.sampler.snapshot, self.exposition, s.exporter.stale_after)
         try:
-            self.server = MetricsServer(web, lambda: self.sampler.snapshot, self.exposition)
+            self.server = MetricsServer(web, site)
         except ssl.SSLError as e:
             raise ConfigError(f"web.tls_cert_file / web.tls_key_file: cannot load the certificate: {e}") from e
 
@@ -203,3 +203,6 @@ def setup_logging(level: str) -> None:
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if level.lower() != "debug":  # one line per HTTP request and per scheduled run is debug detail
+        for noisy in ("httpx", "httpcore", "apscheduler"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)

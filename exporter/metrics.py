@@ -311,6 +311,9 @@ METRICS: tuple[MetricDef, ...] = (
          "squeue, sacct / jobcomp", _queue("eligible_wait"), ("partition",)),
     _exp("gpuledger_jobs_finished_total", "counter", "", "Jobs that ended, by partition and final state.",
          "sacct / jobcomp", _queue("finished"), ("partition", "state")),
+    _exp("gpuledger_jobs_gpu_seconds_total", "counter", "seconds",
+         "GPUs x run time of jobs that ended, by partition and final state (lost work: FAILED, TIMEOUT, ...).",
+         "sacct / jobcomp", _queue("gpu_seconds"), ("partition", "state")),
     _exp("gpuledger_jobs_requeued_total", "counter", "", "Job requeues and restarts, per partition.",
          "squeue restart count", _queue("requeued"), ("partition",)),
     # --- benchmark rounds (latest results; see docs/benchmarks.md) ------------------------------------

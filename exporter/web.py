@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 import bcrypt
 
@@ -33,8 +33,6 @@ class WebOptions:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     basic_auth_users: Mapping[str, str] = field(default_factory=dict)  # user -> bcrypt hash
-    stale_after: float = 10.0
-    title: str = "gpuledger exporter"
 
 
 class BasicAuth:
@@ -95,15 +93,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if path == "/metrics":
             gzip_ok = "gzip" in (self.headers.get("Accept-Encoding") or "")
-            body, ctype = self.server.exposition.render(self.headers.get("Accept"), gzip_ok)
+            body, ctype = self.server.site.render(self.headers.get("Accept"), gzip_ok)
             self._send(200, body, ctype, {"Content-Encoding": "gzip"} if gzip_ok else None)
         elif path == "/":
-            self._send(200, self.server.landing().encode(), "text/html; charset=utf-8")
+            self._send(200, self.server.site.landing().encode(), "text/html; charset=utf-8")
+        elif (page := self.server.site.page(path)) is not None:
+            self._send(200, *page)
         else:
             self._send(404, b"not found\n", "text/plain; charset=utf-8")
 
     def _healthz(self) -> None:
-        ok, info = self.server.health()
+        ok, info = self.server.site.health()
         self._send(200 if ok else 503, (json.dumps(info) + "\n").encode(), "application/json")
 
     def _send(self, code: int, body: bytes, ctype: str, headers: Mapping[str, str] | None = None) -> None:
@@ -119,14 +119,69 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
 
+class Site(Protocol):
+    """What a server serves: /metrics, /healthz, a landing page and any pages of its own."""
+
+    def render(self, accept: str | None, gzip_ok: bool) -> tuple[bytes, str]: ...
+    def health(self) -> tuple[bool, dict[str, object]]: ...
+    def landing(self) -> str: ...
+    def page(self, path: str) -> tuple[bytes, str] | None:
+        """(body, content type) for another path, or None for 404."""
+        ...
+
+
+class ExporterSite:
+    """The exporter's pages, all read from the latest snapshot."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot], exposition: Exposition, stale_after: float = 10.0) -> None:
+        self.snapshot = snapshot
+        self.exposition = exposition
+        self.stale_after = stale_after
+
+    def render(self, accept: str | None, gzip_ok: bool) -> tuple[bytes, str]:
+        return self.exposition.render(accept, gzip_ok)
+
+    def health(self) -> tuple[bool, dict[str, object]]:
+        s = self.snapshot()
+        age = time.monotonic() - s.taken_monotonic if s.seq else None
+        ok = age is not None and age <= self.stale_after
+        return ok, {
+            "status": "ok" if ok else "stale",
+            "last_sample_age_seconds": None if age is None else round(age, 3),
+            "stale_after_seconds": self.stale_after,
+            "nvml_up": s.nvml_up,
+            "gpus": len(s.gpus),
+            "gpus_up": sum(g.up for g in s.gpus),
+        }
+
+    def page(self, path: str) -> tuple[bytes, str] | None:
+        return None
+
+    def landing(self) -> str:
+        s = self.snapshot()
+        esc = html.escape
+        rows = "".join(
+            f"<tr><td>{g.info.index}</td><td>{esc(g.info.model)}</td><td><code>{esc(g.info.uuid)}</code></td>"
+            f"<td>{'up' if g.up else 'down'}</td></tr>"
+            for g in s.gpus
+        )
+        return (
+            "<!doctype html><html><head><meta charset='utf-8'><title>gpuledger exporter</title></head><body>"
+            f"<h1>gpuledger exporter {esc(__version__)}</h1>"
+            f"<p>Reader: <b>{esc(s.reader)}</b> · NVML up: {int(s.nvml_up)} · host {esc(s.hostname)}</p>"
+            "<p><a href='/metrics'>/metrics</a> · <a href='/healthz'>/healthz</a></p>"
+            "<table border='1' cellpadding='4'><tr><th>gpu</th><th>model</th><th>uuid</th><th>state</th></tr>"
+            f"{rows}</table></body></html>"
+        )
+
+
 class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
     request_timeout = 30.0
 
-    def __init__(self, opts: WebOptions, snapshot: Callable[[], Snapshot], exposition: Exposition) -> None:
+    def __init__(self, opts: WebOptions, site: Site) -> None:
         self.opts = opts
-        self.snapshot = snapshot
-        self.exposition = exposition
+        self.site = site
         self.auth = BasicAuth(opts.basic_auth_users)
         self._tls: ssl.SSLContext | None = None
         if opts.tls_cert_file:
@@ -168,36 +223,6 @@ class MetricsServer(ThreadingHTTPServer):
         scheme = "https" if self._tls else "http"
         shown = "localhost" if host in ("::", "0.0.0.0", "") else str(host)
         return f"{scheme}://{'[' + shown + ']' if ':' in shown else shown}:{port}"
-
-    def health(self) -> tuple[bool, dict[str, object]]:
-        s = self.snapshot()
-        age = time.monotonic() - s.taken_monotonic if s.seq else None
-        ok = age is not None and age <= self.opts.stale_after
-        return ok, {
-            "status": "ok" if ok else "stale",
-            "last_sample_age_seconds": None if age is None else round(age, 3),
-            "stale_after_seconds": self.opts.stale_after,
-            "nvml_up": s.nvml_up,
-            "gpus": len(s.gpus),
-            "gpus_up": sum(g.up for g in s.gpus),
-        }
-
-    def landing(self) -> str:
-        s = self.snapshot()
-        esc = html.escape
-        rows = "".join(
-            f"<tr><td>{g.info.index}</td><td>{esc(g.info.model)}</td><td><code>{esc(g.info.uuid)}</code></td>"
-            f"<td>{'up' if g.up else 'down'}</td></tr>"
-            for g in s.gpus
-        )
-        return (
-            "<!doctype html><html><head><meta charset='utf-8'><title>gpuledger exporter</title></head><body>"
-            f"<h1>gpuledger exporter {esc(__version__)}</h1>"
-            f"<p>Reader: <b>{esc(s.reader)}</b> · NVML up: {int(s.nvml_up)} · host {esc(s.hostname)}</p>"
-            "<p><a href='/metrics'>/metrics</a> · <a href='/healthz'>/healthz</a></p>"
-            "<table border='1' cellpadding='4'><tr><th>gpu</th><th>model</th><th>uuid</th><th>state</th></tr>"
-            f"{rows}</table></body></html>"
-        )
 
 
 def serve(server: MetricsServer) -> threading.Thread:

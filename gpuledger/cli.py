@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import platform
 
+from analytics import cli as analytics_cli
 from exporter import __version__
 from exporter import cli as exporter_cli
 from exporter.benchmarks import cli as bench_cli
+from gpuledger import demo, up
 
 
 def _version(args: argparse.Namespace) -> int:
@@ -22,6 +24,18 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("exporter", help="run the node exporter (serves /metrics)")
     exporter_cli.add_arguments(ex)
     ex.set_defaults(func=exporter_cli.run)
+    an = sub.add_parser("analytics", help="run the analytics daemon (weekly reports, rolling figures on /metrics)")
+    analytics_cli.add_analytics_arguments(an)
+    an.set_defaults(func=analytics_cli.run_analytics)
+    rep = sub.add_parser("report", help="write one report (HTML, JSON, CSV, Markdown) and exit")
+    analytics_cli.add_report_arguments(rep)
+    rep.set_defaults(func=analytics_cli.run_report)
+    u = sub.add_parser("up", help="exporter + analytics in one process on the embedded history (single node)")
+    up.add_arguments(u)
+    u.set_defaults(func=up.run)
+    d = sub.add_parser("demo", help="a generated fleet's week, reported and served live; no GPU needed")
+    demo.add_arguments(d)
+    d.set_defaults(func=demo.run)
     bench = sub.add_parser("bench", help="run torch.distributed benchmarks once (all-reduce, training, GEMM, copies)")
     bench_cli.add_arguments(bench)
     bench.set_defaults(func=bench_cli.run)

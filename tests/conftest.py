@@ -171,3 +171,29 @@ def one(metrics: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str,
     hits = [v for k, v in metrics.get(name, {}).items() if all((a, b) in k for a, b in labels.items())]
     assert len(hits) == 1, f"{name}{labels}: {len(hits)} matches in {json.dumps(list(metrics.get(name, {})))}"
     return hits[0]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "gpuledger", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=REPO,
+        timeout=timeout,
+    )
+
+
+def _hypothesis_profiles() -> None:
+    """CI runs the property tests derandomized (the same examples every run: a red build is
+    reproducible); locally they explore, and remember failures in .hypothesis/."""
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True, database=None)
+    if os.environ.get("CI"):
+        settings.load_profile("ci")
+
+
+_hypothesis_profiles()

@@ -12,19 +12,19 @@ from conftest import free_port, http_get, require_binary, wait_until
 
 
 class PrometheusServer:
-    def __init__(self, workdir: Path, targets: list[str], scrape_interval: str = "1s") -> None:
+    def __init__(
+        self, workdir: Path, targets: list[str] | None = None, scrape_interval: str = "1s", retention: str = "1d"
+    ) -> None:
         binary = require_binary("prometheus")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = workdir / "prometheus.yml"
-        cfg.write_text(
-            "global:\n"
-            f"  scrape_interval: {scrape_interval}\n"
-            f"  scrape_timeout: {scrape_interval}\n"
-            "scrape_configs:\n"
-            "  - job_name: gpuledger\n"
-            f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
+        scrape = (
+            f"scrape_configs:\n  - job_name: gpuledger\n    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
+            if targets
+            else ""
         )
+        cfg.write_text(f"global:\n  scrape_interval: {scrape_interval}\n  scrape_timeout: {scrape_interval}\n" + scrape)
         self.log = (workdir / "prometheus.log").open("w")
         self.proc = subprocess.Popen(
             [
@@ -32,7 +32,7 @@ class PrometheusServer:
                 f"--config.file={cfg}",
                 f"--storage.tsdb.path={workdir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
-                "--storage.tsdb.retention.time=1d",
+                f"--storage.tsdb.retention.time={retention}",
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -48,6 +48,17 @@ class PrometheusServer:
         assert code == 200 and data["status"] == "success", data
         result: list[dict[str, Any]] = data["data"]["result"]
         return result
+
+    @classmethod
+    def backfilled(cls, workdir: Path, openmetrics: Path) -> PrometheusServer:
+        """A Prometheus holding the samples of an OpenMetrics file (past data: retention 10y)."""
+        promtool = require_binary("promtool")
+        subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h", str(openmetrics),
+             str(workdir / "data")],
+            check=True, capture_output=True, timeout=600,
+        )  # fmt: skip
+        return cls(workdir, retention="10y")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -9,25 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import CAPTURE, REPO, ExporterProcess, http_get, one, parse_metrics
+from conftest import CAPTURE, REPO, ExporterProcess, http_get, one, parse_metrics, run_cli
 
 from exporter import config
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    import os
-
-    full = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
-    full.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "gpuledger", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        cwd=REPO,
-        timeout=timeout,
-    )
-
 
 PLAIN_PASSWORD = '[web]\nbasic_auth_users = { prom = "hunter2" }\n'
 UNKNOWN_KEY = "[exporter]\nsample_intervall = 2\n"

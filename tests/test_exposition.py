@@ -98,6 +98,7 @@ def queue_snapshot() -> QueueSnapshot:
         wait={"gpu": wait},
         eligible_wait={"gpu": wait},
         finished={("gpu", "COMPLETED"): 7, ("gpu", "FAILED"): 1, ("cpu", "CANCELLED"): 2},
+        gpu_seconds={("gpu", "COMPLETED"): 7200.0, ("gpu", "FAILED"): 900.0},
         requeued={"gpu": 1, "cpu": 0},
     )
 

@@ -17,12 +17,13 @@ from conftest import http_get, make_sampler, parse_metrics, require_binary, step
 from exporter.collector import Exposition
 from exporter.readers.fake import FakeReader
 from exporter.sampler import Sampler
-from exporter.web import MetricsServer, WebOptions, serve
+from exporter.web import ExporterSite, MetricsServer, WebOptions, serve
 
 
-def start_server(sampler: Sampler, **opts: object) -> MetricsServer:
+def start_server(sampler: Sampler, stale_after: float = 10.0, **opts: object) -> MetricsServer:
     web = WebOptions(host="127.0.0.1", port=0, **opts)  # type: ignore[arg-type]
-    srv = MetricsServer(web, lambda: sampler.snapshot, Exposition(lambda: sampler.snapshot))
+    site = ExporterSite(lambda: sampler.snapshot, Exposition(lambda: sampler.snapshot), stale_after)
+    srv = MetricsServer(web, site)
     serve(srv)
     return srv
 

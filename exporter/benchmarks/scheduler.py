@@ -11,12 +11,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from exporter.benchmarks.plan import Plan, default_plan
 from exporter.benchmarks.runner import BenchRunner, Event, Outcome
 from exporter.benchmarks.state import BenchState
+from exporter.crontab import cron_trigger
 from exporter.history import BenchRecord, HistoryWriter
 
 if TYPE_CHECKING:
@@ -48,11 +48,7 @@ class BenchScheduler:
     def start(self) -> None:
         s = self.settings
         tz = s.timezone or None
-        trigger = (
-            IntervalTrigger(seconds=s.interval, timezone=tz)
-            if s.interval
-            else CronTrigger.from_crontab(s.cron, timezone=tz)
-        )
+        trigger = IntervalTrigger(seconds=s.interval, timezone=tz) if s.interval else cron_trigger(s.cron, timezone=tz)
         self._sched = BackgroundScheduler(timezone=tz) if tz else BackgroundScheduler()
         self._sched.add_job(
             self.run_round, trigger, id="bench", max_instances=1, coalesce=True, misfire_grace_time=3600

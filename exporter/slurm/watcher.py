@@ -68,6 +68,7 @@ class QueueSnapshot:
     wait: Mapping[str, Histogram] = field(default_factory=dict)
     eligible_wait: Mapping[str, Histogram] = field(default_factory=dict)
     finished: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    gpu_seconds: Mapping[tuple[str, str], float] = field(default_factory=dict)  # GPUs x run time, by end state
     requeued: Mapping[str, int] = field(default_factory=dict)
 
 
@@ -99,6 +100,7 @@ class SlurmWatcher:
         self._wait: dict[str, _Hist] = {}
         self._eligible_wait: dict[str, _Hist] = {}
         self._finished: dict[tuple[str, str], int] = {}
+        self._gpu_seconds: dict[tuple[str, str], float] = {}
         self._requeued: dict[str, int] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -137,6 +139,7 @@ class SlurmWatcher:
                 wait={p: h.freeze() for p, h in self._wait.items()},
                 eligible_wait={p: h.freeze() for p, h in self._eligible_wait.items()},
                 finished=dict(self._finished),
+                gpu_seconds=dict(self._gpu_seconds),
                 requeued={p: self._requeued.get(p, 0) for p in self._partitions},
             )
 
@@ -308,6 +311,7 @@ class SlurmWatcher:
                 key = (j.partition, j.state)
                 self._finished[key] = self._finished.get(key, 0) + 1
                 if j.start is not None:
+                    self._gpu_seconds[key] = self._gpu_seconds.get(key, 0.0) + j.gpus * max(0.0, j.end - j.start)
                     self._observe_start(j.job_id, j.partition, j.submit, j.eligible, j.start, now)
         if jobs and self.history is not None:
             self.history.submit(list(jobs))

@@ -1,5 +1,5 @@
 """Generate docs/configuration.md from the settings model:
-``python -m exporter.configdoc > docs/configuration.md`` (a test fails when the file is stale)."""
+``python -m gpuledger.configdoc > docs/configuration.md`` (a test fails when the file is stale)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,18 @@ import sys
 
 from pydantic import BaseModel
 
+from analytics.cli import COMMON
+from analytics.config import FullSettings
+from analytics.cost import PriceRule, TariffWindow
 from exporter.cli import FLAGS
-from exporter.config import DEFAULT_PORT, ENV_PREFIX, Settings
+from exporter.config import DEFAULT_PORT, ENV_PREFIX
 
 INTRO = f"""# Configuration
 
 Every setting can come from four places; a later one wins:
 **defaults** < **config file** (`--config FILE` or `GPULEDGER_CONFIG`; TOML, or YAML by its
 `.yaml`/`.yml` suffix) < **environment** (`{ENV_PREFIX}SECTION__KEY`) < **command-line flags**.
-An invalid value stops the exporter with exit code 2 and a message naming the field, e.g.
+An invalid value stops any `gpuledger` command with exit code 2 and a message naming the field, e.g.
 
 ```
 gpuledger exporter: invalid configuration:
@@ -38,6 +41,28 @@ listen = ":{DEFAULT_PORT}"
 [history]
 path = "/var/lib/gpuledger/history.db"
 retention_days = 400
+
+[analytics]                # gpuledger analytics / report / up
+source = "prometheus"      # or "embedded" (the history above)
+timezone = "Europe/Berlin"
+reports_dir = "/var/lib/gpuledger/reports"
+
+[prometheus]
+url = "http://prometheus:9090"
+
+[cost]                     # see docs/cost-model.md
+currency = "EUR"
+energy_price_per_kwh = 0.22
+pue = 1.35
+
+[[cost.rules]]
+match_model = "H200"
+purchase_price = 32000
+residual_value = 6000
+depreciation_years = 4
+yearly_operations = 1200
+yearly_infrastructure = 900
+cloud_reference_per_gpu_hour = 3.2
 ```
 
 ## Port
@@ -83,17 +108,34 @@ def _default(field: object) -> str:
     factory = getattr(f, "default_factory", None)
     if factory is not None:
         return "(this host's name)" if "hostname" in getattr(factory, "__name__", "") else "none"
+    if getattr(f, "is_required", lambda: False)():
+        return "required"
     value = getattr(f, "default", None)
     if value is None:
         return "—"
     return f"`{str(value).lower() if isinstance(value, bool) else value}`"
 
 
+def _fields(out: list[str], section: str, model: type[BaseModel], flags: dict[str, str], env: bool = True) -> None:
+    out.append("| key | default | env | flag | meaning |\n|---|---|---|---|---|\n")
+    for name, f in model.model_fields.items():
+        key = f"{section}.{name}"
+        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
+            continue
+        shown_env = f"`{ENV_PREFIX}{section.upper()}__{name.upper()}`" if env else "—"
+        flag = f"`{flags[key]}`" if key in flags else "—"
+        out.append(f"| `{name}` | {_default(f)} | {shown_env} | {flag} | {f.description or ''} |\n")
+
+
 def render() -> str:
     flags = {".".join(path): "--" + dest.replace("_", "-") for dest, path in FLAGS.items()}
     flags["history.enabled"] = "--no-history"
+    for dest, dotted in COMMON.items():
+        flags.setdefault(dotted, "--" + dest.replace("_", "-"))
+    flags["analytics.reports_dir"] = "--reports-dir, --out"
+    flags["analytics.formats"] = "--format"
     out = [INTRO]
-    for section, field in Settings.model_fields.items():
+    for section, field in FullSettings.model_fields.items():
         model = field.annotation
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             env = f"{ENV_PREFIX}{section.upper()}"
@@ -103,12 +145,18 @@ def render() -> str:
                 "debug, info, warning or error |\n"
             )
             continue
-        out.append(f"\n### [{section}]\n\n| key | default | env | flag | meaning |\n|---|---|---|---|---|\n")
-        for name, f in model.model_fields.items():
-            key = f"{section}.{name}"
-            env = f"{ENV_PREFIX}{section.upper()}__{name.upper()}"
-            flag = f"`{flags[key]}`" if key in flags else "—"
-            out.append(f"| `{name}` | {_default(f)} | `{env}` | {flag} | {f.description or ''} |\n")
+        out.append(f"\n### [{section}]\n\n")
+        _fields(out, section, model, flags)
+    out.append(
+        "\n### [[cost.rules]] and [cost.default]\n\nA price rule; the first rule whose `match_*` fit a GPU "
+        "applies, else `[cost.default]`. Lists are easiest in the config file (the environment takes JSON).\n\n"
+    )
+    _fields(out, "cost.rules", PriceRule, flags, env=False)
+    out.append(
+        "\n### [[cost.tariff]]\n\nTime-of-day energy prices (local time of the report); hours no window "
+        "covers pay `energy_price_per_kwh`.\n\n"
+    )
+    _fields(out, "cost.tariff", TariffWindow, flags, env=False)
     return "".join(out)
 
 

@@ -1,0 +1,157 @@
+"""``gpuledger report``, ``gpuledger analytics`` and ``gpuledger up``: flags on top of the config
+file and the environment (the same layers as the exporter's).
+
+Exit codes: 0 done (an incomplete report is still written, and says so); 1 the source could not
+be read or the port was taken; 2 invalid configuration, naming the field; 3 with
+``--fail-incomplete``, a report that was written but is incomplete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from analytics import report as rpt
+from analytics.config import FullSettings, overrides_from
+from analytics.data import Window, iso_week, last_full_week
+from analytics.service import make_report, make_source, out_dir
+from analytics.sources import SourceUnavailable
+from exporter.config import ConfigError, load_settings
+
+log = logging.getLogger("gpuledger.analytics")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="TOML or YAML config file (env GPULEDGER_CONFIG)")
+    p.add_argument("--source", choices=("prometheus", "embedded"), help="where the history comes from")
+    p.add_argument("--prometheus-url", metavar="URL", help="Prometheus-compatible query URL")
+    p.add_argument("--naming", choices=("gpuledger", "dcgm"), help="read gpuledger's or dcgm-exporter's series")
+    p.add_argument("--history", metavar="PATH", help="embedded source: the exporter's SQLite history")
+    p.add_argument("--timezone", metavar="ZONE", help="weeks start on Monday 00:00 here (default UTC)")
+    p.add_argument("--log-level", help="debug | info | warning | error")
+
+
+COMMON = {"source": "analytics.source", "prometheus_url": "prometheus.url", "naming": "prometheus.naming",
+          "history": "analytics.history", "timezone": "analytics.timezone", "log_level": "log_level",
+          "formats": "analytics.formats", "out": "analytics.reports_dir", "min_coverage": "analytics.min_coverage",
+          "listen": "analytics.listen", "reports_dir": "analytics.reports_dir"}  # fmt: skip
+
+
+def settings_from(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> FullSettings:
+    pairs = {dotted: value for dest, dotted in COMMON.items() if (value := getattr(args, dest, None)) is not None}
+    if getattr(args, "format", None):
+        pairs["analytics.formats"] = [f.strip() for f in args.format.split(",") if f.strip()]
+    overrides = overrides_from(pairs)
+    for key, value in (extra or {}).items():
+        if isinstance(value, dict):
+            overrides.setdefault(key, {}).update(value)
+        else:
+            overrides[key] = value
+    return load_settings(FullSettings, args.config, overrides)
+
+
+def add_report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--week", metavar="YYYY-Www", help="ISO week, e.g. 2026-W48 (default: the last full week)")
+    p.add_argument("--days", type=float, metavar="N", help="instead of a week: the N days up to now")
+    p.add_argument("--format", metavar="LIST", help="comma-separated: html,json,csv,md (default all)")
+    p.add_argument("--out", metavar="DIR", help="reports folder (default analytics.reports_dir)")
+    p.add_argument("--min-coverage", type=float, metavar="RATIO", help="below this share of data: incomplete")
+    p.add_argument("--fail-incomplete", action="store_true", help="exit 3 when the report is incomplete")
+    _common(p)
+
+
+def _window(args: argparse.Namespace, s: FullSettings) -> Window:
+    tz = s.analytics.timezone
+    if args.days:
+        end = time.time() // 60 * 60
+        return Window(end - args.days * 86400, end, f"last-{args.days:g}d", tz)
+    if args.week:
+        try:
+            return iso_week(args.week, tz)
+        except ValueError as e:
+            raise ConfigError(f"--week: {e}") from None
+    return last_full_week(time.time(), tz)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    try:
+        s = settings_from(args)
+        _logging(s.log_level)
+        window = _window(args, s)
+        source = make_source(s)
+        r = make_report(source, window, s)
+    except ConfigError as e:
+        print(f"gpuledger report: {e}", file=sys.stderr)
+        return 2
+    except SourceUnavailable as e:
+        print(f"gpuledger report: source unavailable: {e}", file=sys.stderr)
+        return 1
+    files = rpt.write(r, s.analytics.formats, out_dir(s))
+    f = r.fleet
+    useful = f"{f.cost_per_useful_gpu_hour:,.2f}" if f.cost_per_useful_gpu_hour is not None else "—"
+    print(f"{r.week} ({r.source}): {f.gpus} GPUs, utilisation {_pct(f.utilization)}, total {f.total_cost:,.2f} "
+          f"{r.currency}, {useful} {r.currency} per useful GPU-hour ({r.useful_measure}), "
+          f"idle {f.idle_cost:,.2f} {r.currency}, coverage {_pct(r.coverage)}")  # fmt: skip
+    for path in files:
+        print(f"  wrote {path}")
+    if not r.complete:
+        print(f"gpuledger report: INCOMPLETE: {'; '.join(r.incomplete_reasons)}", file=sys.stderr)
+        return 3 if args.fail_incomplete else 0
+    return 0
+
+
+def add_analytics_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listen", metavar="HOST:PORT", help="address of its /metrics (default :10045)")
+    p.add_argument("--reports-dir", metavar="DIR", help="where weekly reports are written")
+    _common(p)
+
+
+def run_analytics(args: argparse.Namespace) -> int:
+    from analytics.daemon import Analytics
+
+    try:
+        s = settings_from(args)
+        _logging(s.log_level)
+        a = Analytics(s)
+    except ConfigError as e:
+        print(f"gpuledger analytics: {e}", file=sys.stderr)
+        return 2
+    except SourceUnavailable as e:
+        print(f"gpuledger analytics: source unavailable: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"gpuledger analytics: cannot listen on {s.analytics.listen}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    a.start()
+    wait_for_signal()
+    a.stop()
+    return 0
+
+
+def wait_for_signal(seconds: float | None = None) -> None:
+    """Block until SIGTERM or SIGINT (or ``seconds`` pass)."""
+    done = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        done.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    done.wait(seconds)
+
+
+def _logging(level: str) -> None:
+    from exporter.daemon import setup_logging
+
+    setup_logging(level)
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.1f} %"

@@ -1,0 +1,121 @@
+"""Analytics settings: the source, the report, the daemon and the cost model. They live in the
+same file, environment and flags as the exporter's (``exporter.config``), as sections
+``[analytics]``, ``[prometheus]`` and ``[cost]``."""
+
+from __future__ import annotations
+
+import zoneinfo
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from analytics.cost import CostModel
+from exporter.config import Settings, split_listen
+
+FORMATS = ("html", "json", "csv", "md")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PrometheusSettings(_Section):
+    url: str = Field("http://localhost:9090", description="Prometheus, Thanos, VictoriaMetrics or Mimir query URL")
+    bearer_token: SecretStr | None = Field(None, description="sent as Authorization: Bearer")
+    bearer_token_file: Path | None = Field(None, description="read the bearer token from this file")
+    username: str | None = Field(None, description="basic auth user")
+    password: SecretStr | None = Field(None, description="basic auth password")
+    verify_tls: bool = Field(True, description="check the server's certificate")
+    ca_file: Path | None = Field(None, description="CA bundle for the server's certificate")
+    timeout: float = Field(30.0, gt=0, description="seconds per query")
+    retries: int = Field(3, ge=0, le=10, description="retries of a failed query, with backoff")
+    concurrency: int = Field(4, ge=1, le=32, description="queries in flight at once")
+    naming: Literal["gpuledger", "dcgm"] = Field("gpuledger", description="which exporter's series to read")
+    dcgm_scrape_interval: float = Field(15.0, gt=0, description="dcgm naming: seconds between scrapes")
+    kube_state_metrics: bool = Field(True, description="read Kubernetes queue wait from kube-state-metrics")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+    @model_validator(mode="after")
+    def _auth(self) -> PrometheusSettings:
+        if (self.username is None) != (self.password is None):
+            raise ValueError("username and password go together")
+        if self.bearer_token is not None and self.bearer_token_file is not None:
+            raise ValueError("set bearer_token or bearer_token_file, not both")
+        if self.bearer_token_file is not None and not self.bearer_token_file.is_file():
+            raise ValueError(f"bearer_token_file not found: {self.bearer_token_file}")
+        return self
+
+
+class AnalyticsSettings(_Section):
+    source: Literal["prometheus", "embedded"] = Field("embedded", description="where the history comes from")
+    history: Path | None = Field(None, description="embedded source: the exporter's SQLite (default: its default)")
+    timezone: str = Field("UTC", description="weeks and days of the report start at midnight here")
+    reports_dir: Path = Field(Path("reports"), description="where reports are written")
+    formats: list[str] = Field(["html", "json", "csv", "md"], min_length=1, description="report formats")
+    cron: str = Field("5 0 * * 1", description="when the daemon writes last week's report (crontab)")
+    refresh_minutes: float = Field(60.0, gt=0, description="rolling 7-day figures refresh period")
+    listen: str = Field(":10045", description="the analytics daemon's /metrics address")
+    min_coverage: float = Field(0.99, ge=0, le=1, description="a week with less data is marked incomplete")
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        try:
+            zoneinfo.ZoneInfo(v)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {v!r}") from None
+        return v
+
+    @field_validator("formats")
+    @classmethod
+    def _formats(cls, v: list[str]) -> list[str]:
+        bad = [f for f in v if f not in FORMATS]
+        if bad:
+            raise ValueError(f"unknown format(s) {bad}; choose from {list(FORMATS)}")
+        return v
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        from exporter.crontab import cron_trigger
+
+        try:
+            cron_trigger(v)
+        except ValueError as e:
+            raise ValueError(f"not a crontab expression ({e})") from None
+        return v
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        split_listen(v)
+        return v
+
+
+class FullSettings(Settings):
+    """Everything: the exporter's sections and the analytics', typed."""
+
+    analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)  # type: ignore[assignment]
+    prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)  # type: ignore[assignment]
+    cost: CostModel = Field(default_factory=CostModel)  # type: ignore[assignment]
+
+
+def overrides_from(pairs: dict[str, Any]) -> dict[str, Any]:
+    """{'analytics.source': 'x', ...} -> nested dicts, leaving out None values."""
+    out: dict[str, Any] = {}
+    for dotted, value in pairs.items():
+        if value is None:
+            continue
+        node = out
+        *path, last = dotted.split(".")
+        for key in path:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return out

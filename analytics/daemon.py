@@ -1,0 +1,224 @@
+"""``gpuledger analytics``: writes last week's report on a cron, refreshes the rolling 7 days
+hourly, and serves both as gauges on its own /metrics, with the reports themselves under /reports/.
+
+A source that fails is logged and counted (``gpuledger_analytics_runs_total{result="error"}``);
+the figures served stay those of the last good run, with their generation time, and /healthz
+turns 503 when the rolling figures are older than three refresh periods.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import html
+import logging
+import threading
+import time
+import zoneinfo
+from collections.abc import Callable
+from pathlib import Path
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import CollectorRegistry
+
+from analytics import report as rpt
+from analytics.config import FullSettings
+from analytics.data import Window, last_full_week
+from analytics.metrics import ReportCollector, RunsCollector
+from analytics.service import make_report, make_source, out_dir
+from analytics.sources import Source, SourceUnavailable
+from exporter import __version__
+from exporter.config import split_listen
+from exporter.crontab import cron_trigger
+from exporter.web import MetricsServer, WebOptions
+
+log = logging.getLogger("gpuledger.analytics")
+WEEK = 7 * 86400
+TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json", ".md": "text/markdown; charset=utf-8",
+         ".csv": "text/csv; charset=utf-8"}  # fmt: skip
+
+
+class Analytics:
+    def __init__(self, settings: FullSettings, source: Source | None = None,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+        self.s = settings
+        self.tz = settings.analytics.timezone
+        self.source = source or make_source(settings)
+        self.clock = clock
+        self.reports_dir = out_dir(settings)
+        self._reports: dict[str, rpt.Report] = {}
+        self._lock = threading.Lock()
+        self.runs: dict[tuple[str, str], int] = {}
+        self.last_ok: dict[str, float] = {}
+        self.scheduler = BackgroundScheduler(timezone=zoneinfo.ZoneInfo(self.tz))
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(ReportCollector(self.reports, settings.cost, self.tz))
+        registry.register(RunsCollector(self.run_state))
+        self.site = AnalyticsSite(self, registry)
+        host, port = split_listen(settings.analytics.listen)
+        w = settings.web
+        self.server = MetricsServer(
+            WebOptions(host, port, str(w.tls_cert_file) if w.tls_cert_file else None,
+                       str(w.tls_key_file) if w.tls_key_file else None, w.basic_auth_users),
+            self.site,
+        )  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def reports(self) -> dict[str, rpt.Report]:
+        with self._lock:
+            return dict(self._reports)
+
+    def run_state(self) -> tuple[dict[tuple[str, str], int], dict[str, float]]:
+        with self._lock:
+            return dict(self.runs), dict(self.last_ok)
+
+    def _count(self, task: str, ok: bool) -> None:
+        with self._lock:
+            key = (task, "ok" if ok else "error")
+            self.runs[key] = self.runs.get(key, 0) + 1
+            if ok:
+                self.last_ok[task] = self.clock()
+
+    def weekly(self, window: Window | None = None) -> list[Path]:
+        """Write the report of ``window`` (default: the last full ISO week) to the reports folder."""
+        window = window or last_full_week(self.clock(), self.tz)
+        try:
+            r = make_report(self.source, window, self.s)
+        except SourceUnavailable as e:
+            log.error("weekly report %s: source unavailable: %s", window.label, e)
+            self._count("weekly", False)
+            return []
+        if not r.fleet.gpus:
+            log.warning("weekly report %s: no GPU data in the window; nothing written", window.label)
+            self._count("weekly", False)
+            return []
+        files = rpt.write(r, self.s.analytics.formats, self.reports_dir)
+        with self._lock:
+            self._reports["week"] = r
+        self._count("weekly", True)
+        log.info("weekly report %s written (%s, coverage %.1f %%): %s", window.label,
+                 "complete" if r.complete else "INCOMPLETE", 100 * r.coverage, self.reports_dir)  # fmt: skip
+        return files
+
+    def refresh(self) -> rpt.Report | None:
+        """Rebuild the rolling 7-day figures (the week up to the current minute)."""
+        end = self.clock() // 60 * 60
+        window = Window(end - WEEK, end, "rolling-7d", self.tz)
+        try:
+            r = make_report(self.source, window, self.s)
+        except SourceUnavailable as e:
+            log.error("rolling 7-day refresh: source unavailable: %s", e)
+            self._count("refresh", False)
+            return None
+        with self._lock:
+            self._reports["rolling_7d"] = r
+        self._count("refresh", True)
+        return r
+
+    def load_latest(self) -> None:
+        """Serve the newest weekly report already on disk until the next one is written."""
+        for path in sorted(self.reports_dir.glob("gpuledger-*-W*.json"), reverse=True):
+            try:
+                r = rpt.from_json(path.read_text())
+            except (OSError, ValueError) as e:
+                log.warning("ignoring %s: %s", path, e)
+                continue
+            with self._lock:
+                self._reports.setdefault("week", r)
+            return
+
+    def _missing_last_week(self) -> bool:
+        label = last_full_week(self.clock(), self.tz).label
+        return not (self.reports_dir / f"gpuledger-{label}.json").exists()
+
+    def start(self, catch_up: bool = True) -> None:
+        """Schedule the jobs and serve. ``catch_up``: write last week's report now when the folder
+        lacks it (the daemon was down on Monday)."""
+        a = self.s.analytics
+        self.load_latest()
+        tz = zoneinfo.ZoneInfo(self.tz)
+        self.scheduler.add_job(self.refresh, IntervalTrigger(minutes=a.refresh_minutes, timezone=tz),
+                               id="refresh", next_run_time=_now(tz), max_instances=1, coalesce=True)  # fmt: skip
+        weekly_first = _now(tz) if catch_up and self._missing_last_week() else None
+        self.scheduler.add_job(self.weekly, cron_trigger(a.cron, timezone=tz), id="weekly",
+                               misfire_grace_time=6 * 3600, max_instances=1, coalesce=True)  # fmt: skip
+        if weekly_first is not None:
+            self.scheduler.add_job(self.weekly, id="weekly-catch-up", next_run_time=weekly_first)
+        self.scheduler.start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5},
+                         name="gpuledger-analytics-http", daemon=True).start()  # fmt: skip
+        log.info("gpuledger analytics %s serving %s/metrics (source %s, reports in %s, weekly at '%s' %s)",
+                 __version__, self.url, self.source.name, self.reports_dir, a.cron, self.tz)  # fmt: skip
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.scheduler.shutdown(wait=True)
+
+
+def _now(tz: zoneinfo.ZoneInfo) -> dt.datetime:
+    return dt.datetime.now(tz)
+
+
+class AnalyticsSite:
+    def __init__(self, a: Analytics, registry: CollectorRegistry) -> None:
+        self.a = a
+        self.registry = registry
+
+    def render(self, accept: str | None, gzip_ok: bool) -> tuple[bytes, str]:
+        encoder, ctype = choose_encoder(accept or "")
+        body = encoder(self.registry)
+        return (gzip.compress(body, 1) if gzip_ok else body), ctype
+
+    def health(self) -> tuple[bool, dict[str, object]]:
+        a = self.a
+        runs, last_ok = a.run_state()
+        last, errors = last_ok.get("refresh"), runs.get(("refresh", "error"), 0)
+        age = None if last is None else a.clock() - last
+        ok = age is not None and age <= 3 * 60 * a.s.analytics.refresh_minutes
+        shown = None if age is None else round(age, 1)
+        return ok, {"status": "ok" if ok else "stale", "source": a.source.name, "rolling_7d_age_seconds": shown,
+                    "refresh_errors": errors}  # fmt: skip
+
+    def page(self, path: str) -> tuple[bytes, str] | None:
+        """/reports/<file>: a report file from the reports folder (names only, no sub-paths but CSV's)."""
+        if not path.startswith("/reports/"):
+            return None
+        rel = path[len("/reports/") :]
+        parts = rel.split("/")
+        if not rel or len(parts) > 2 or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+            return None
+        f = self.a.reports_dir / rel
+        if f.suffix not in TYPES or not f.is_file():
+            return None
+        return f.read_bytes(), TYPES[f.suffix]
+
+    def landing(self) -> str:
+        esc = html.escape
+        items = []
+        for path in sorted(self.a.reports_dir.glob("gpuledger-*.html"), reverse=True)[:20]:
+            items.append(f"<li><a href='/reports/{esc(path.name)}'>{esc(path.stem)}</a></li>")
+        rows = []
+        for window, r in sorted(self.a.reports().items()):
+            f = r.fleet
+            rows.append(f"<tr><td>{esc(window)}</td><td>{esc(r.week)}</td><td>{f.gpus}</td>"
+                        f"<td>{_pct(f.utilization)}</td><td>{f.total_cost:,.2f} {esc(r.currency)}</td>"
+                        f"<td>{'complete' if r.complete else 'incomplete'}</td></tr>")  # fmt: skip
+        return (
+            "<!doctype html><html><head><meta charset='utf-8'><title>gpuledger analytics</title></head><body>"
+            f"<h1>gpuledger analytics {esc(__version__)}</h1>"
+            f"<p>Source: <b>{esc(self.a.source.name)}</b> · time zone {esc(self.a.tz)}</p>"
+            "<p><a href='/metrics'>/metrics</a> · <a href='/healthz'>/healthz</a></p>"
+            "<table border='1' cellpadding='4'><tr><th>window</th><th>label</th><th>GPUs</th><th>utilisation</th>"
+            f"<th>total cost</th><th>data</th></tr>{''.join(rows)}</table>"
+            f"<h2>Reports</h2><ul>{''.join(items) or '<li>none yet</li>'}</ul></body></html>"
+        )
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.1f} %"

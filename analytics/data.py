@@ -1,0 +1,148 @@
+"""What a source hands the report builder: one window's figures, normalised, per GPU and job,
+plus queue, failures and benchmarks. Every source (Prometheus, the embedded history, existing
+dcgm-exporter series) produces this; the builder never knows which one it was."""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+from dataclasses import dataclass, field
+
+from exporter.jobs import JobKey
+
+HOURS_PER_WEEK = 168
+
+
+@dataclass(frozen=True)
+class Window:
+    """[start, end) in epoch seconds; ``label`` like 2026-W48 or rolling-7d."""
+
+    start: float
+    end: float
+    label: str
+    timezone: str = "UTC"
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    @property
+    def hours(self) -> float:
+        return self.seconds / 3600.0
+
+    def previous(self) -> Window:
+        span = self.seconds
+        label = iso_week_label(self.start - span, self.timezone) if self.label.count("-W") else f"{self.label}-previous"
+        return Window(self.start - span, self.start, label, self.timezone)
+
+
+def iso_week(label: str, timezone: str = "UTC") -> Window:
+    """'2026-W48' -> Monday 00:00 to the next Monday 00:00 in ``timezone``."""
+    try:
+        year, week = label.split("-W")
+        monday = dt.date.fromisocalendar(int(year), int(week), 1)
+    except ValueError as e:
+        raise ValueError(f"{label!r} is not an ISO week like 2026-W48") from e
+    tz = zoneinfo.ZoneInfo(timezone)
+    start = dt.datetime.combine(monday, dt.time(), tzinfo=tz)
+    end = dt.datetime.combine(monday + dt.timedelta(days=7), dt.time(), tzinfo=tz)
+    return Window(start.timestamp(), end.timestamp(), label, timezone)
+
+
+def iso_week_label(t: float, timezone: str = "UTC") -> str:
+    d = dt.datetime.fromtimestamp(t, zoneinfo.ZoneInfo(timezone))
+    year, week, _ = d.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def last_full_week(now: float, timezone: str = "UTC") -> Window:
+    """The ISO week before the one ``now`` falls in."""
+    this = iso_week(iso_week_label(now, timezone), timezone)
+    return iso_week(iso_week_label(this.start - 1, timezone), timezone)
+
+
+@dataclass(frozen=True)
+class GpuWeek:
+    uuid: str
+    host: str
+    model: str
+    gpu: str  # index on its host
+    sampled_s: float
+    busy_s: float
+    sm_active_s: float | None
+    allocated_s: float | None
+    allocated_idle_s: float | None
+    energy_j: float | None
+    energy_by_hour: tuple[float, ...] | None = None  # joules per hour of the window, for tariffs
+    daily: tuple[tuple[float, float, float | None], ...] = ()  # per day: sampled, busy, energy
+
+
+@dataclass(frozen=True)
+class JobWeek:
+    uuid: str
+    host: str
+    job: JobKey
+    sampled_s: float
+    busy_s: float
+    energy_j: float
+
+
+@dataclass(frozen=True)
+class QueueWeek:
+    partition: str
+    source: str  # "exact" (job records) or "histogram" (estimated from buckets)
+    started: int
+    wait_mean: float | None
+    wait_p50: float | None
+    wait_p95: float | None
+    wait_max: float | None
+    wait_max_is_bound: bool  # True: a histogram's upper bucket bound, not an observed maximum
+    pending_gpu_hours: float | None
+
+
+@dataclass(frozen=True)
+class FailureWeek:
+    partition: str
+    finished: dict[str, int]  # state -> count
+    requeued: int
+    failed_gpu_hours: float | None  # GPU-hours of jobs that ended FAILED, TIMEOUT, NODE_FAIL or OOM
+
+
+@dataclass(frozen=True)
+class BenchWeek:
+    """Latest benchmark figures in a window: world size -> value."""
+
+    busbw: dict[int, float] = field(default_factory=dict)  # all-reduce bus bandwidth at the largest size
+    speedup: dict[int, float] = field(default_factory=dict)
+    efficiency: dict[int, float] = field(default_factory=dict)
+    throughput_1: float | None = None  # samples/s on one GPU
+    throughput: dict[int, float] = field(default_factory=dict)  # samples/s on N GPUs
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class WeekData:
+    window: Window
+    source: str  # prometheus | embedded | dcgm
+    gpus: tuple[GpuWeek, ...]
+    jobs: tuple[JobWeek, ...] = ()
+    queue: tuple[QueueWeek, ...] = ()
+    failures: tuple[FailureWeek, ...] = ()
+    bench: BenchWeek | None = None
+    approximations: tuple[str, ...] = ()  # what this source could only estimate
+    problems: tuple[str, ...] = ()  # parts that could not be read: the report is incomplete
+
+
+def days(w: Window) -> list[tuple[float, float, str]]:
+    """The window's local days: (start, end, YYYY-MM-DD); a DST day is 23 or 25 hours long."""
+    tz = zoneinfo.ZoneInfo(w.timezone)
+    out: list[tuple[float, float, str]] = []
+    day = dt.datetime.fromtimestamp(w.start, tz).date()
+    while True:
+        s = dt.datetime.combine(day, dt.time(), tzinfo=tz).timestamp()
+        e = dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=tz).timestamp()
+        s, e = max(s, w.start), min(e, w.end)
+        if s >= w.end:
+            return out
+        out.append((s, e, day.isoformat()))
+        day += dt.timedelta(days=1)

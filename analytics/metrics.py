@@ -1,0 +1,200 @@
+"""The analytics daemon's /metrics: the latest reports as ``gpuledger_report_*`` gauges (label
+``window``: ``rolling_7d`` refreshed hourly, ``week`` the last weekly report) and the prices as
+``gpuledger_price_*``, so dashboards can compute cost live. One table, as in the exporter."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from analytics.cost import CostModel
+from analytics.report.model import CostRow, Report
+
+GROUPS = ("fleet", "host", "model", "user")  # GPUs and jobs stay in the reports: too many series
+Sample = tuple[tuple[str, ...], float]
+
+
+def _rows(r: Report) -> Iterator[CostRow]:
+    yield r.fleet
+    yield from (row for row in r.rows if row.group in GROUPS)
+
+
+def _per_row(fn: Callable[[CostRow], float | None]) -> Callable[[Report], Iterator[Sample]]:
+    def get(r: Report) -> Iterator[Sample]:
+        for row in _rows(r):
+            v = fn(row)
+            if v is not None:
+                yield (row.group, row.key), float(v)
+
+    return get
+
+
+def _kinds(**fields: Callable[[CostRow], float | None]) -> Callable[[Report], Iterator[Sample]]:
+    def get(r: Report) -> Iterator[Sample]:
+        for row in _rows(r):
+            for kind, fn in fields.items():
+                v = fn(row)
+                if v is not None:
+                    yield (row.group, row.key, kind), float(v)
+
+    return get
+
+
+def _queue(r: Report) -> Iterator[Sample]:
+    for q in r.queue:
+        for stat, v in (("mean", q.wait_mean_s), ("p50", q.wait_p50_s), ("p95", q.wait_p95_s), ("max", q.wait_max_s)):
+            if v is not None:
+                yield (q.partition, stat), v
+
+
+def _failures(r: Report) -> Iterator[Sample]:
+    for f in r.failures:
+        for state, n in (("COMPLETED", f.completed), ("FAILED", f.failed), ("CANCELLED", f.cancelled),
+                         ("TIMEOUT", f.timeout), ("other", f.other), ("requeued", f.requeued)):  # fmt: skip
+            yield (f.partition, state), float(n)
+
+
+@dataclass(frozen=True)
+class ReportMetric:
+    name: str
+    help: str
+    labels: tuple[str, ...]  # after "window"
+    samples: Callable[[Report], Iterator[Sample]]
+
+
+GPU_ROW = ("group", "key")
+# fmt: off
+REPORT_METRICS: tuple[ReportMetric, ...] = (
+    ReportMetric("gpuledger_report_complete", "1 when the report had full data (see its incomplete reasons).", (),
+                 lambda r: iter([((), float(r.complete))])),
+    ReportMetric("gpuledger_report_coverage_ratio", "Share of the window's GPU-hours with data.", (),
+                 lambda r: iter([((), r.coverage)])),
+    ReportMetric("gpuledger_report_generated_timestamp_seconds", "When the report was built.", (),
+                 lambda r: iter([((), r.generated_at)])),
+    ReportMetric("gpuledger_report_gpu_hours", "GPU-hours by kind: available, sampled, busy, useful, allocated, "
+                 "allocated_idle.", (*GPU_ROW, "kind"), _kinds(
+                     available=lambda x: x.available_gpu_hours, sampled=lambda x: x.sampled_gpu_hours,
+                     busy=lambda x: x.busy_gpu_hours, useful=lambda x: x.useful_gpu_hours,
+                     allocated=lambda x: x.allocated_gpu_hours, allocated_idle=lambda x: x.allocated_idle_gpu_hours)),
+    ReportMetric("gpuledger_report_utilization_ratio", "Busy / sampled GPU-hours.", GPU_ROW,
+                 _per_row(lambda x: x.utilization)),
+    ReportMetric("gpuledger_report_sm_activity_ratio", "SM-active / sampled GPU-hours.", GPU_ROW,
+                 _per_row(lambda x: x.sm_activity)),
+    ReportMetric("gpuledger_report_energy_kwh", "Energy in kWh.", GPU_ROW, _per_row(lambda x: x.energy_kwh)),
+    ReportMetric("gpuledger_report_cost", "Cost in the report's currency by kind: hardware, energy, total, idle.",
+                 (*GPU_ROW, "kind"), _kinds(hardware=lambda x: x.hardware_cost, energy=lambda x: x.energy_cost,
+                                            total=lambda x: x.total_cost, idle=lambda x: x.idle_cost)),
+    ReportMetric("gpuledger_report_cost_per_useful_gpu_hour", "Total cost / useful GPU-hours.", GPU_ROW,
+                 _per_row(lambda x: x.cost_per_useful_gpu_hour)),
+    ReportMetric("gpuledger_report_queue_wait_seconds", "Queue wait by partition and statistic (mean, p50, p95, max).",
+                 ("partition", "stat"), _queue),
+    ReportMetric("gpuledger_report_queue_jobs_started", "Jobs started in the window.", ("partition",),
+                 lambda r: (((q.partition,), float(q.jobs_started)) for q in r.queue)),
+    ReportMetric("gpuledger_report_jobs", "Jobs that ended in the window, by state (and requeues).",
+                 ("partition", "state"), _failures),
+    ReportMetric("gpuledger_report_failed_gpu_hours", "GPU-hours of jobs that failed or timed out.", ("partition",),
+                 lambda r: (((f.partition,), f.failed_gpu_hours) for f in r.failures
+                            if f.failed_gpu_hours is not None)),
+    ReportMetric("gpuledger_report_multi_gpu_efficiency_ratio", "Measured scaling efficiency at N GPUs.",
+                 ("world_size",), lambda r: (((str(v.world_size),), v.efficiency) for v in r.multi_gpu)),
+    ReportMetric("gpuledger_report_multi_gpu_extra_cost_ratio", "Extra cost per sample at N GPUs over one.",
+                 ("world_size",), lambda r: (((str(v.world_size),), v.extra_cost) for v in r.multi_gpu)),
+    ReportMetric("gpuledger_report_breakeven_utilization_ratio", "Utilisation above which owning beats renting.",
+                 ("model",), lambda r: (((x.model,), x.breakeven_utilization) for x in r.rent_vs_buy
+                                        if x.breakeven_utilization is not None)),
+    ReportMetric("gpuledger_report_change_ratio", "Week-over-week change of a headline figure (0.1 = +10 %).",
+                 ("figure",), lambda r: (((d.figure,), d.change) for d in r.deltas if d.change is not None)),
+)
+# fmt: on
+
+
+@dataclass(frozen=True)
+class Family:
+    """A metric family the daemon serves besides the report table: its documentation and its maker."""
+
+    name: str
+    kind: str  # gauge | counter
+    help: str
+    labels: tuple[str, ...] = ()
+
+    def make(self) -> GaugeMetricFamily | CounterMetricFamily:
+        cls = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
+        return cls(self.name.removesuffix("_total"), self.help, labels=self.labels)
+
+
+INFO = Family("gpuledger_report_info", "gauge", "The report behind the window's figures; always 1.",
+              ("window", "week", "source", "useful", "currency"))  # fmt: skip
+PRICE_ENERGY = Family(
+    "gpuledger_price_energy_kwh", "gauge", "Energy price per kWh now (tariff applied).", ("currency",)
+)
+PRICE_PUE = Family("gpuledger_price_pue", "gauge", "Power usage effectiveness applied to energy.")
+PRICE_GPU = Family("gpuledger_price_gpu_hour", "gauge", "Hardware or rental cost of a GPU-hour, per host and model.",
+                   ("host", "model", "kind", "currency"))  # fmt: skip
+RUNS = Family("gpuledger_analytics_runs_total", "counter", "Report runs by task (weekly, refresh) and result.",
+              ("task", "result"))  # fmt: skip
+LAST_OK = Family("gpuledger_analytics_last_success_timestamp_seconds", "gauge", "When a task last succeeded.",
+                 ("task",))  # fmt: skip
+
+
+def families() -> list[Family]:
+    """Everything the analytics daemon serves, for docs/metrics.md."""
+    table = [Family(m.name, "gauge", m.help, ("window", *m.labels)) for m in REPORT_METRICS]
+    return [INFO, *table, PRICE_ENERGY, PRICE_PUE, PRICE_GPU, RUNS, LAST_OK]
+
+
+class ReportCollector(Collector):
+    """Collects from whatever reports the daemon holds now (``window`` label -> report)."""
+
+    def __init__(self, reports: Callable[[], dict[str, Report]], cost: CostModel, timezone: str) -> None:
+        self.reports = reports
+        self.cost = cost
+        self.timezone = timezone
+
+    def collect(self) -> Iterator[Metric]:
+        reports = self.reports()
+        info = INFO.make()
+        for window, r in reports.items():
+            info.add_metric((window, r.week, r.source, r.useful_measure, r.currency), 1.0)
+        yield info
+        for m in REPORT_METRICS:
+            fam = GaugeMetricFamily(m.name, m.help, labels=("window", *m.labels))
+            for window, r in reports.items():
+                for labels, value in m.samples(r):
+                    fam.add_metric((window, *labels), value)
+            yield fam
+        yield from self._prices(reports)
+
+    def _prices(self, reports: dict[str, Report]) -> Iterator[Metric]:
+        c = self.cost
+        energy = PRICE_ENERGY.make()
+        energy.add_metric((c.currency,), c.price_at(time.time(), self.timezone))
+        pue = PRICE_PUE.make()
+        pue.add_metric((), c.pue)
+        gpu = PRICE_GPU.make()
+        seen: set[tuple[str, str]] = set()
+        for r in reports.values():
+            for p in r.prices:
+                if (p.host, p.model) not in seen:
+                    seen.add((p.host, p.model))
+                    gpu.add_metric((p.host, p.model, p.kind, r.currency), p.per_gpu_hour)
+        yield from (energy, pue, gpu)
+
+
+class RunsCollector(Collector):
+    """The daemon's own health: runs by task and result, and each task's last success."""
+
+    def __init__(self, state: Callable[[], tuple[dict[tuple[str, str], int], dict[str, float]]]) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        runs_now, last_now = self.state()
+        runs, last = RUNS.make(), LAST_OK.make()
+        for (task, result), n in sorted(runs_now.items()):
+            runs.add_metric((task, result), n)
+        for task, t in sorted(last_now.items()):
+            last.add_metric((task,), t)
+        yield from (runs, last)

@@ -1,0 +1,210 @@
+"""Week data + cost model -> the report. Pure arithmetic, no I/O.
+
+Per GPU: hardware cost = the matching rule's hourly rate × the window's hours (a GPU costs whether
+or not it works); energy cost from its energy (flat price or tariff, × PUE); useful hours = busy or
+SM-active hours (``cost.useful``); effective cost per useful GPU-hour = total / useful; idle cost =
+the hardware (or rental) rate × the hours that were not useful (so it adds up across GPUs and
+across days; the energy an idle GPU draws stays in the energy cost). Groups (host, model, fleet)
+sum their GPUs; users and jobs are charged for the hours they held a GPU at its hourly rate plus
+their apportioned energy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from analytics.cost import JOULES_PER_KWH, CostModel, breakeven_utilisation, gpu_cost
+from analytics.data import GpuWeek, WeekData, days
+from analytics.report import judge
+from analytics.report.model import CostRow, DayRow, FailureRow, PriceRow, QueueRow, RentRow, Report
+
+OTHER_STATES = ("NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+
+
+def _useful(g: GpuWeek, cost: CostModel) -> float:
+    if cost.useful == "sm_active" and g.sm_active_s is not None:
+        return g.sm_active_s
+    return g.busy_s
+
+
+def _ratio(a: float | None, b: float) -> float | None:
+    return None if a is None or b <= 0 else a / b
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    vs = list(values)
+    return None if all(v is None for v in vs) else sum(v or 0.0 for v in vs)
+
+
+@dataclass(frozen=True)
+class _Fig:
+    """One GPU's (or job's) week, in seconds, joules and money."""
+
+    gpus: int
+    available_s: float
+    sampled_s: float
+    busy_s: float
+    useful_s: float
+    sm_s: float | None
+    alloc_s: float | None
+    idle_s: float | None
+    energy_j: float | None
+    hardware: float
+    energy_cost: float
+    idle_cost: float  # the hardware rate x the hours that were not useful
+
+
+class _Acc:
+    """Adds GPUs (or jobs) up into one CostRow."""
+
+    def __init__(self) -> None:
+        self.gpus = 0
+        self.available = self.sampled = self.busy = self.useful = 0.0
+        self.sm: list[float | None] = []
+        self.alloc: list[float | None] = []
+        self.idle: list[float | None] = []
+        self.energy: list[float | None] = []
+        self.hardware = self.energy_cost = self.idle_cost = 0.0
+
+    def add(self, f: _Fig) -> None:
+        self.gpus += f.gpus
+        self.available += f.available_s
+        self.sampled += f.sampled_s
+        self.busy += f.busy_s
+        self.useful += f.useful_s
+        self.sm.append(f.sm_s)
+        self.alloc.append(f.alloc_s)
+        self.idle.append(f.idle_s)
+        self.energy.append(f.energy_j)
+        self.hardware += f.hardware
+        self.energy_cost += f.energy_cost
+        self.idle_cost += f.idle_cost
+
+    def row(self, group: str, key: str) -> CostRow:
+        h = 3600.0
+        sm = _sum(self.sm)
+        total = self.hardware + self.energy_cost
+        energy = _sum(self.energy)
+        return CostRow(
+            group=group, key=key, gpus=self.gpus, available_gpu_hours=self.available / h,
+            sampled_gpu_hours=self.sampled / h, busy_gpu_hours=self.busy / h,
+            sm_active_gpu_hours=None if sm is None else sm / h, useful_gpu_hours=self.useful / h,
+            utilization=_ratio(self.busy, self.sampled), sm_activity=_ratio(sm, self.sampled),
+            allocated_gpu_hours=None if (a := _sum(self.alloc)) is None else a / h,
+            allocated_idle_gpu_hours=None if (i := _sum(self.idle)) is None else i / h,
+            energy_kwh=None if energy is None else energy / JOULES_PER_KWH, energy_cost=self.energy_cost,
+            hardware_cost=self.hardware, total_cost=total,
+            cost_per_useful_gpu_hour=total / (self.useful / h) if self.useful / h > 0 else None,
+            idle_cost=self.idle_cost,
+            coverage=self.sampled / self.available if self.available > 0 else 0.0,
+        )  # fmt: skip
+
+
+def build(data: WeekData, cost: CostModel, *, previous: WeekData | None = None, min_coverage: float = 0.99,
+          now: float | None = None) -> Report:  # fmt: skip
+    w = data.window
+    groups: dict[str, dict[str, _Acc]] = defaultdict(lambda: defaultdict(_Acc))
+    fleet = _Acc()
+    hourly: dict[str, float] = {}  # uuid -> hardware cost of an hour
+    per_joule: dict[str, float] = {}  # uuid -> the GPU's effective energy price (tariff included)
+    unpriced: set[str] = set()
+    prices: dict[tuple[str, str], list[Any]] = {}
+    for g in data.gpus:
+        rule = cost.rule_for(g.model, g.host)
+        if rule is None:
+            unpriced.add(f"{g.model} on {g.host}")
+        else:
+            p = prices.setdefault((g.host, g.model), [rule, 0])
+            p[1] += 1
+        hourly[g.uuid] = rule.hourly() if rule is not None else 0.0
+        c = gpu_cost(cost, rule, w.hours, g.energy_j, g.energy_by_hour, w.start, w.timezone)
+        per_joule[g.uuid] = c.energy / g.energy_j if g.energy_j else 0.0
+        useful = _useful(g, cost)
+        fig = _Fig(1, w.seconds, g.sampled_s, g.busy_s, useful, g.sm_active_s, g.allocated_s, g.allocated_idle_s,
+                   g.energy_j, c.hardware, c.energy, hourly[g.uuid] * max(0.0, w.seconds - useful) / 3600)  # fmt: skip
+        fleet.add(fig)
+        for group, key in (("host", g.host), ("model", g.model), ("gpu", f"{g.host}/{g.gpu} {g.uuid}")):
+            groups[group][key].add(fig)
+    for j in data.jobs:
+        # a job pays its GPU's hourly rate for the hours it held it, and its share of the energy
+        fig = _Fig(0, j.sampled_s, j.sampled_s, j.busy_s, j.busy_s, None, j.sampled_s, None, j.energy_j,
+                   hourly.get(j.uuid, 0.0) * j.sampled_s / 3600, j.energy_j * per_joule.get(j.uuid, 0.0),
+                   hourly.get(j.uuid, 0.0) * max(0.0, j.sampled_s - j.busy_s) / 3600)  # fmt: skip
+        groups["user"][j.job.user or "(unknown)"].add(fig)
+        key = j.job.job_id or (f"{j.job.namespace}/{j.job.pod}" if j.job.pod else f"{j.job.user or '?'} (no job)")
+        groups["job"][key].add(fig)
+    rows = [acc.row(group, key) for group in ("host", "model", "gpu", "user", "job")
+            for key, acc in sorted(groups[group].items())]  # fmt: skip
+    fleet_row = fleet.row("fleet", "fleet")
+    reasons = list(data.problems)
+    if not data.gpus:
+        reasons.append("no GPU data in this window")
+    elif fleet_row.coverage < min_coverage:
+        gaps = sum(1 for g in data.gpus if g.sampled_s < min_coverage * w.seconds)
+        reasons.append(f"coverage {100 * fleet_row.coverage:.1f} % (< {100 * min_coverage:.0f} %): "
+                       f"{gaps} of {len(data.gpus)} GPUs have gaps")  # fmt: skip
+    if unpriced:
+        reasons.append("no price for " + ", ".join(sorted(unpriced)))
+    prev_report = build(previous, cost, min_coverage=min_coverage, now=now) if previous is not None else None
+    return Report(
+        week=w.label, start=w.start, end=w.end, timezone=w.timezone, generated_at=now or time.time(),
+        currency=cost.currency, useful_measure=cost.useful, source=data.source,
+        approximations=list(data.approximations), example_prices=cost.example_prices, complete=not reasons,
+        incomplete_reasons=reasons, coverage=fleet_row.coverage, fleet=fleet_row, rows=rows,
+        daily=_daily(data), queue=_queue(data), failures=_failures(data),
+        benchmarks=judge.benchmarks(data.bench, previous.bench if previous else None),
+        multi_gpu=judge.multi_gpu(data.bench, fleet_row),
+        rent_vs_buy=_rent(data, cost, rows),
+        deltas=judge.deltas(fleet_row, prev_report.fleet if prev_report else None,
+                            _queue(data), prev_report.queue if prev_report else []),
+        notes=["example prices: set [cost] for yours"] if cost.example_prices else [],
+        prices=[PriceRow(host, model, rule.kind, n, rule.hourly(), rule.energy_included, cost.example_prices)
+                for (host, model), (rule, n) in sorted(prices.items())],
+    )  # fmt: skip
+
+
+def _daily(data: WeekData) -> list[DayRow]:
+    out = []
+    for i, (_, _, label) in enumerate(days(data.window)):
+        per = [g.daily[i] for g in data.gpus if i < len(g.daily)]
+        energies = [e for _, _, e in per]
+        energy = _sum(energies)
+        out.append(DayRow(label, sum(s for s, _, _ in per) / 3600, sum(b for _, b, _ in per) / 3600,
+                          None if energy is None else energy / JOULES_PER_KWH))  # fmt: skip
+    return out
+
+
+def _queue(data: WeekData) -> list[QueueRow]:
+    return [QueueRow(q.partition, q.source, q.started, q.wait_mean, q.wait_p50, q.wait_p95, q.wait_max,
+                     q.wait_max_is_bound, q.pending_gpu_hours) for q in data.queue]  # fmt: skip
+
+
+def _failures(data: WeekData) -> list[FailureRow]:
+    out = []
+    for f in data.failures:
+        s = f.finished
+        out.append(FailureRow(f.partition, s.get("COMPLETED", 0), s.get("FAILED", 0), s.get("CANCELLED", 0),
+                              s.get("TIMEOUT", 0), sum(s.get(k, 0) for k in OTHER_STATES), f.requeued,
+                              f.failed_gpu_hours))  # fmt: skip
+    return out
+
+
+def _rent(data: WeekData, cost: CostModel, rows: list[CostRow]) -> list[RentRow]:
+    models = {r.key: r for r in rows if r.group == "model"}
+    out = []
+    for model, row in sorted(models.items()):
+        host = next((g.host for g in data.gpus if g.model == model), "")
+        rule = cost.rule_for(model, host)
+        if rule is None or rule.kind != "owned":
+            continue
+        energy_per_busy = row.energy_cost / row.busy_gpu_hours if row.busy_gpu_hours > 0 else 0.0
+        cloud = rule.cloud_reference_per_gpu_hour
+        breakeven = breakeven_utilisation(rule, cloud, energy_per_busy) if cloud is not None else None
+        # renting would be needed for the hours the GPU was busy, whatever the useful measure
+        util = row.busy_gpu_hours / row.available_gpu_hours if row.available_gpu_hours > 0 else None
+        out.append(judge.rent_row(model, rule.hourly(), energy_per_busy, cloud, breakeven, util))
+    return out

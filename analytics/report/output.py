@@ -1,0 +1,60 @@
+"""Write a report to files: ``gpuledger-<week>.json``, ``.md``, ``.html`` and a folder
+``gpuledger-<week>-csv/``; each file written atomically (a temporary name, then a rename)."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+from analytics.report.html import to_html
+from analytics.report.model import Report
+from analytics.report.text import to_csv, to_json, to_markdown
+
+FORMATS = ("json", "csv", "md", "html")
+_SINGLE: dict[str, Callable[[Report], str]] = {"json": to_json, "md": to_markdown, "html": to_html}
+
+
+def _safe(week: str) -> str:
+    """The week label as a file-name part: no separators, no dot files."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", week).strip(".") or "report"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) next to ``path`` under a temporary name, then rename it into place:
+    a reader sees the old file or the new one, never half of one. Permissions follow the umask."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write(report: Report, formats: list[str], out_dir: Path) -> list[Path]:
+    """Render ``report`` in each of ``formats`` (json, csv, md, html) into ``out_dir`` (created);
+    returns the files written, in the order asked. An unknown format is a ValueError, before any write."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown report format {', '.join(map(repr, unknown))}; choose from {', '.join(FORMATS)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem, written = f"gpuledger-{_safe(report.week)}", []
+    for fmt in dict.fromkeys(formats):
+        if fmt == "csv":
+            folder = out_dir / f"{stem}-csv"
+            folder.mkdir(exist_ok=True)
+            for name, text in to_csv(report).items():
+                write_atomic(folder / name, text)
+                written.append(folder / name)
+        else:
+            path = out_dir / f"{stem}.{fmt}"
+            write_atomic(path, _SINGLE[fmt](report))
+            written.append(path)
+    return written

@@ -1,0 +1,387 @@
+"""Text renderers of a :class:`Report`: versioned JSON (and back), CSV tables, Markdown; plus the
+number formatting and the report's tables as plain strings, which the HTML renderer shares."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import io
+import json
+import math
+import re
+import zoneinfo
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from analytics.report.model import (
+    SCHEMA,
+    BenchRow,
+    CostRow,
+    DayRow,
+    Delta,
+    FailureRow,
+    PriceRow,
+    QueueRow,
+    RentRow,
+    Report,
+    VerdictRow,
+)
+
+DASH = "—"  # not measured: never rendered as 0
+TOP_JOBS = 20
+
+# ---------------------------------------------------------------- formatting
+
+
+def _missing(v: float | None) -> bool:
+    return v is None or not math.isfinite(v)
+
+
+def num(v: float | None, decimals: int = 2, unit: str = "") -> str:
+    """``1,234.57``, with ``unit`` after a space; None (or NaN) is a dash."""
+    if v is None or not math.isfinite(v):
+        return DASH
+    return f"{v:,.{decimals}f} {unit}" if unit else f"{v:,.{decimals}f}"
+
+
+def money(v: float | None, currency: str = "") -> str:
+    """``1,234.50 USD``; without a currency (it is in the column header) just ``1,234.50``."""
+    return num(v, 2, currency)
+
+
+def hours(v: float | None) -> str:
+    return num(v, 1, "h")
+
+
+def kwh(v: float | None) -> str:
+    return num(v, 1, "kWh")
+
+
+def pct(ratio: float | None, signed: bool = False) -> str:
+    """A 0..1 ratio as ``45.6 %``; ``signed`` for changes (``+12.0 %``)."""
+    if ratio is None or _missing(ratio):
+        return DASH
+    return f"{ratio * 100:+.1f} %" if signed else f"{ratio * 100:.1f} %"
+
+
+def duration(seconds: float | None) -> str:
+    """Human duration: ``12 s``, ``4 m 12 s``, ``3 h 5 m``, ``2 d 4 h``."""
+    if seconds is None or _missing(seconds):
+        return DASH
+    if seconds < 0:
+        return "-" + duration(-seconds)
+    if seconds < 9.95:
+        return f"{seconds:.1f} s"
+    if seconds < 59.5:
+        return f"{seconds:.0f} s"
+    m, s = divmod(round(seconds), 60)
+    if m < 60:
+        return f"{m} m {s} s"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h} h {m} m"
+    d, h = divmod(h, 24)
+    return f"{d} d {h} h"
+
+
+def bandwidth(bytes_per_s: float | None) -> str:
+    return num(None if bytes_per_s is None else bytes_per_s / 1e9, 1, "GB/s")
+
+
+def times(v: float | None) -> str:
+    text = num(v, 2)
+    return text if text == DASH else text + "×"
+
+
+def local_time(t: float, timezone: str) -> str:
+    try:
+        tz: dt.tzinfo = zoneinfo.ZoneInfo(timezone)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        tz = dt.UTC
+    return dt.datetime.fromtimestamp(t, tz).strftime("%Y-%m-%d %H:%M")
+
+
+BUSBW, SPEEDUP = "allreduce_busbw_bytes_per_second", "train_speedup"
+
+
+def bench_metric(metric: str) -> tuple[str, Callable[[float | None], str]]:
+    """Display name and value format of a benchmark metric."""
+    known = {BUSBW: ("All-reduce bus bandwidth", bandwidth), SPEEDUP: ("Training speedup", times)}
+    return known.get(metric, ("Training efficiency", pct) if metric == "train_efficiency" else (metric, num))
+
+
+def figure_value(figure: str, v: float | None, currency: str) -> str:
+    """A week-over-week figure, formatted by what its name says it is."""
+    name = figure.lower()
+    if "cost" in name or "price" in name:
+        return money(v, currency)
+    if any(w in name for w in ("utili", "coverage", "activity", "share", "efficiency")):
+        return pct(v)
+    if "hour" in name:
+        return hours(v)
+    return kwh(v) if "kwh" in name else num(v)
+
+
+# ---------------------------------------------------------------- the report as tables
+
+
+@dataclass(frozen=True)
+class Table:
+    """One section of the report: cells are display strings, not yet escaped for any format."""
+
+    slug: str
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    empty: str = "Not measured by this source."
+
+    def numeric(self) -> list[bool]:
+        """Columns to right-align: every cell a number or a dash (the first column is a key)."""
+        starts = "0123456789+-≤" + DASH
+        cols = range(len(self.headers))
+        return [i > 0 and all(row[i][:1] and row[i][0] in starts for row in self.rows) for i in cols]
+
+
+def headline(r: Report) -> list[tuple[str, str]]:
+    f, cur = r.fleet, r.currency
+    return [
+        ("GPUs", f"{f.gpus:,}"), ("Total cost", money(f.total_cost, cur)),
+        ("Cost per useful GPU-hour", money(f.cost_per_useful_gpu_hour, cur)),
+        ("Utilisation (busy / sampled)", pct(f.utilization)), ("SM activity", pct(f.sm_activity)),
+        ("Idle cost", money(f.idle_cost, cur)), ("Hardware cost", money(f.hardware_cost, cur)),
+        ("Energy cost", money(f.energy_cost, cur)), ("Energy", kwh(f.energy_kwh)),
+        ("Available GPU-hours", hours(f.available_gpu_hours)), ("Sampled GPU-hours", hours(f.sampled_gpu_hours)),
+        ("Busy GPU-hours", hours(f.busy_gpu_hours)), ("Useful GPU-hours", hours(f.useful_gpu_hours)),
+        ("Allocated GPU-hours", hours(f.allocated_gpu_hours)),
+        ("Allocated but idle GPU-hours", hours(f.allocated_idle_gpu_hours)), ("Coverage", pct(f.coverage)),
+    ]  # fmt: skip
+
+
+T = TypeVar("T")
+Columns = list[tuple[str, Callable[[T], str]]]  # header ("{cur}" becomes the currency), cell
+
+COST: Columns[CostRow] = [
+    ("GPUs", lambda c: f"{c.gpus:,}"), ("Utilisation", lambda c: pct(c.utilization)),
+    ("SM activity", lambda c: pct(c.sm_activity)), ("Useful GPU-h", lambda c: hours(c.useful_gpu_hours)),
+    ("Alloc. idle GPU-h", lambda c: hours(c.allocated_idle_gpu_hours)),
+    ("Energy kWh", lambda c: num(c.energy_kwh, 1)), ("Hardware ({cur})", lambda c: money(c.hardware_cost)),
+    ("Energy ({cur})", lambda c: money(c.energy_cost)), ("Total ({cur})", lambda c: money(c.total_cost)),
+    ("Per useful GPU-h ({cur})", lambda c: money(c.cost_per_useful_gpu_hour)),
+    ("Idle cost ({cur})", lambda c: money(c.idle_cost)), ("Coverage", lambda c: pct(c.coverage)),
+]  # fmt: skip
+DAILY: Columns[DayRow] = [
+    ("Date", lambda d: d.date), ("Sampled GPU-h", lambda d: hours(d.sampled_gpu_hours)),
+    ("Busy GPU-h", lambda d: hours(d.busy_gpu_hours)),
+    ("Utilisation", lambda d: pct(d.busy_gpu_hours / d.sampled_gpu_hours if d.sampled_gpu_hours else None)),
+    ("Energy kWh", lambda d: num(d.energy_kwh, 1)),
+]  # fmt: skip
+# "≤ 6 h": the maximum is a histogram bucket's upper bound, not an observed wait
+QUEUE: Columns[QueueRow] = [
+    ("Partition", lambda q: q.partition), ("Source", lambda q: q.source),
+    ("Jobs started", lambda q: f"{q.jobs_started:,}"), ("Wait mean", lambda q: duration(q.wait_mean_s)),
+    ("Wait p50", lambda q: duration(q.wait_p50_s)), ("Wait p95", lambda q: duration(q.wait_p95_s)),
+    ("Wait max", lambda q: ("≤ " if q.wait_max_is_bound and q.wait_max_s is not None else "") + duration(q.wait_max_s)),
+    ("Pending GPU-h", lambda q: hours(q.pending_gpu_hours)),
+]  # fmt: skip
+FAILURES: Columns[FailureRow] = [
+    ("Partition", lambda f: f.partition),
+    *((name.capitalize(), lambda f, n=name: f"{getattr(f, n):,}")
+      for name in ("completed", "failed", "cancelled", "timeout", "other", "requeued")),
+    ("Failed GPU-h", lambda f: hours(f.failed_gpu_hours)),
+]  # fmt: skip
+BENCH: Columns[BenchRow] = [
+    ("Metric", lambda b: bench_metric(b.metric)[0]), ("GPUs", lambda b: str(b.world_size)),
+    ("Value", lambda b: bench_metric(b.metric)[1](b.value)),
+    ("Previous", lambda b: bench_metric(b.metric)[1](b.previous)), ("Change", lambda b: pct(b.change, signed=True)),
+    ("Flag", lambda b: "⚠ DROP" if b.dropped else ""),
+]  # fmt: skip
+MULTI_GPU: Columns[VerdictRow] = [
+    ("GPUs", lambda v: str(v.world_size)), ("Speedup", lambda v: times(v.speedup)),
+    ("Efficiency", lambda v: pct(v.efficiency)),
+    ("Per M samples, 1 GPU ({cur})", lambda v: money(v.cost_per_million_samples_1)),
+    ("Per M samples, N GPUs ({cur})", lambda v: money(v.cost_per_million_samples_n)),
+    ("Extra cost", lambda v: pct(v.extra_cost, signed=True)), ("Verdict", lambda v: v.verdict),
+]  # fmt: skip
+RENT: Columns[RentRow] = [
+    ("Model", lambda x: x.model), ("Owned / GPU-h ({cur})", lambda x: money(x.owned_per_gpu_hour)),
+    ("Energy / busy h ({cur})", lambda x: money(x.energy_per_busy_hour)),
+    ("Cloud / GPU-h ({cur})", lambda x: money(x.cloud_per_gpu_hour)),
+    ("Break-even utilisation", lambda x: pct(x.breakeven_utilization)), ("Utilisation", lambda x: pct(x.utilization)),
+    ("Verdict", lambda x: x.verdict),
+]  # fmt: skip
+
+PRICES: Columns[PriceRow] = [
+    ("Host", lambda p: p.host), ("Model", lambda p: p.model), ("GPUs", lambda p: f"{p.gpus:,}"),
+    ("Kind", lambda p: p.kind + (" (example)" if p.example else "")),
+    ("Per GPU-hour ({cur})", lambda p: money(p.per_gpu_hour)),
+    ("Energy", lambda p: "included" if p.energy_included else "charged"),
+]  # fmt: skip
+
+
+def _table(slug: str, title: str, cols: Columns[T], rows: Iterable[T], cur: str, empty: str = "") -> Table:
+    headers = [h.replace("{cur}", cur) for h, _ in cols]
+    return Table(slug, title, headers, [[cell(x) for _, cell in cols] for x in rows], empty or Table.empty)
+
+
+def tables(r: Report) -> list[Table]:
+    """Every section after the headline, in reading order."""
+    c = r.currency
+    jobs = sorted(r.group("job"), key=lambda row: -row.total_cost)[:TOP_JOBS]
+    deltas: Columns[Delta] = [
+        ("Figure", lambda d: d.figure),
+        ("This week", lambda d: figure_value(d.figure, d.value, c)),
+        ("Previous week", lambda d: figure_value(d.figure, d.previous, c)),
+        ("Change", lambda d: pct(d.change, signed=True)),
+    ]
+    groups = [("hosts", "Hosts", "Host", "host"), ("models", "GPU models", "Model", "model"),
+              ("users", "Users", "User", "user")]  # fmt: skip
+    return [
+        _table("daily", "Daily", DAILY, r.daily, c),
+        *(_table(slug, name, [(first, lambda x: x.key), *COST], r.group(g), c) for slug, name, first, g in groups),
+        _table("jobs", f"Jobs (top {TOP_JOBS} by total cost)", [("Job", lambda x: x.key), *COST], jobs, c),
+        _table("gpus", "GPUs", [("GPU", lambda x: x.key), *COST], r.group("gpu"), c),
+        _table("queue", "Queue", QUEUE, r.queue, c),
+        _table("failures", "Failures", FAILURES, r.failures, c),
+        _table("benchmarks", "Benchmarks", BENCH, r.benchmarks, c, "No benchmark results this week."),
+        _table("multi-gpu", "Multi-GPU verdict", MULTI_GPU, r.multi_gpu, c, "No training benchmark this week."),
+        _table("rent", "Rent vs buy", RENT, r.rent_vs_buy, c),
+        _table("deltas", "Week over week", deltas, r.deltas, c, "No previous week to compare."),
+        _table("prices", "Prices applied", PRICES, r.prices, c, "No priced GPUs."),
+    ]
+
+
+def title(r: Report) -> str:
+    return f"GPU report {r.week}"
+
+
+def subtitle(r: Report) -> str:
+    return f"{local_time(r.start, r.timezone)} → {local_time(r.end, r.timezone)} ({r.timezone})"
+
+
+def facts(r: Report) -> str:
+    return (f"Source: {r.source} · useful measure: {r.useful_measure} · coverage: {pct(r.coverage)} · "
+            f"currency: {r.currency} · generated {local_time(r.generated_at, r.timezone)}")  # fmt: skip
+
+
+def summary(r: Report) -> str:
+    f, cur = r.fleet, r.currency
+    per_hour, idle = money(f.cost_per_useful_gpu_hour, cur), money(f.idle_cost, cur)
+    total = money(f.total_cost, cur)
+    return f"{f.gpus:,} GPUs, {pct(f.utilization)} busy; {total} in total, {per_hour} per useful GPU-hour, {idle} idle."
+
+
+EXAMPLE_PRICES = "Example prices: set [cost] in the configuration for yours; these figures are illustrations."
+
+# ---------------------------------------------------------------- JSON
+
+_LISTS: dict[str, type[Any]] = {"rows": CostRow, "daily": DayRow, "queue": QueueRow, "failures": FailureRow,
+                                "benchmarks": BenchRow, "multi_gpu": VerdictRow, "rent_vs_buy": RentRow,
+                                "deltas": Delta, "prices": PriceRow}  # fmt: skip
+
+
+def to_json(report: Report) -> str:
+    """One key per line and one row per line: readable, diffable, and written by json's C
+    encoder (``indent`` would switch to the pure-Python one, 10x slower on a large fleet)."""
+
+    def dump(v: Any) -> str:
+        return json.dumps(v, ensure_ascii=False, allow_nan=False)
+
+    parts = []
+    for key, value in report.to_dict().items():
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            rows = ",\n  ".join(map(dump, value))
+            parts.append(f"{dump(key)}: [\n  {rows}\n ]")
+        else:
+            parts.append(f"{dump(key)}: {dump(value)}")
+    return "{\n " + ",\n ".join(parts) + "\n}\n"
+
+
+def _build(cls: type[Any], data: Any) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(data, dict) or not set(data) <= names:
+        raise ValueError(f"not a {cls.__name__}: {data!r:.200}")
+    try:
+        return cls(**data)
+    except TypeError as e:  # a field is missing
+        raise ValueError(f"not a {cls.__name__}: {e}") from e
+
+
+def from_json(text: str) -> Report:
+    """Rebuild a report from :func:`to_json`; a different schema is a ValueError."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"not a {SCHEMA} report (schema: {found!r})")
+    fields = dict(data)
+    fields["fleet"] = _build(CostRow, data.get("fleet"))
+    for name, cls in _LISTS.items():
+        fields[name] = [_build(cls, x) for x in data.get(name, [])]
+    report: Report = _build(Report, fields)
+    return report
+
+
+# ---------------------------------------------------------------- CSV
+
+
+def _csv_cell(v: object) -> object:
+    return "" if v is None else ("true" if v else "false") if isinstance(v, bool) else v
+
+
+def _csv(cls: type[Any], rows: Iterable[Any]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)  # RFC 4180: quotes cells with commas, quotes and newlines; \r\n rows
+    names = [f.name for f in dataclasses.fields(cls)]
+    w.writerow(names)
+    for row in rows:
+        w.writerow([_csv_cell(getattr(row, n)) for n in names])
+    return buf.getvalue()
+
+
+def to_csv(report: Report) -> dict[str, str]:
+    """File name -> CSV text, one per table; ``costs.csv`` holds the fleet row first. Empty cell = None."""
+    out = {"costs.csv": _csv(CostRow, [report.fleet, *report.rows])}
+    for attr, cls in _LISTS.items():
+        if attr != "rows":  # daily.csv, queue.csv, ..., rent_vs_buy.csv, deltas.csv
+            out[f"{attr}.csv"] = _csv(cls, getattr(report, attr))
+    return out
+
+
+# ---------------------------------------------------------------- Markdown
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&#])")
+
+
+def md_escape(text: str) -> str:
+    """Backslash-escape what could break a table cell or start markup (pipes, HTML, links);
+    line breaks become spaces."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
+
+
+def _md_table(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> list[str]:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(md_escape(c) for c in cells) + " |"
+
+    rule = "|" + "|".join("--:" if right else "---" for right in numeric) + "|"
+    return [line(headers), rule, *(line(r) for r in rows)]
+
+
+def to_markdown(report: Report) -> str:
+    r, out = report, []
+    out += [f"# {md_escape(title(r))}", "", md_escape(subtitle(r)), "", md_escape(facts(r)), ""]
+    if not r.complete:
+        out += ["> **⚠ INCOMPLETE:** parts of this week could not be read; figures below are partial.", ">"]
+        out += [f"> - {md_escape(reason)}" for reason in r.incomplete_reasons] + [""]
+    if r.example_prices:
+        out += [f"> **{md_escape(EXAMPLE_PRICES)}**", ""]
+    out += ["## Headline", "", md_escape(summary(r)), ""]
+    out += [*_md_table(["Figure", "Value"], [list(kv) for kv in headline(r)], [False, True]), ""]
+    for t in tables(r):
+        out += [f"## {md_escape(t.title)}", ""]
+        out += [*_md_table(t.headers, t.rows, t.numeric()), ""] if t.rows else [md_escape(t.empty), ""]
+    for heading, items in (("Approximations", r.approximations), ("Notes", r.notes)):
+        if items:
+            out += [f"## {heading}", "", *(f"- {md_escape(x)}" for x in items), ""]
+    out += [f"_{md_escape(r.schema)}_", ""]
+    return "\n".join(out)

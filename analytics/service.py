@@ -1,0 +1,47 @@
+"""One report, from settings to files: pick the source, read this week and the one before, build."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from analytics.config import FullSettings
+from analytics.data import Window
+from analytics.report.build import build
+from analytics.report.model import Report
+from analytics.sources import Source, SourceUnavailable
+from analytics.sources.dcgm import DcgmSource
+from analytics.sources.embedded import EmbeddedSource
+from analytics.sources.prometheus import PrometheusSource
+from exporter.config import default_history_path
+
+log = logging.getLogger(__name__)
+
+
+def make_source(s: FullSettings) -> Source:
+    a = s.analytics
+    if a.source == "embedded":
+        path = a.history or s.history.path or default_history_path()
+        return EmbeddedSource(path)
+    if s.prometheus.naming == "dcgm":
+        return DcgmSource(s.prometheus)
+    return PrometheusSource(s.prometheus, hourly_energy=bool(s.cost.tariff))
+
+
+def make_report(source: Source, window: Window, s: FullSettings, *, with_previous: bool = True) -> Report:
+    """The window's report; the previous window feeds the week-over-week deltas and benchmark
+    drift. A previous window the source cannot serve only loses the comparison."""
+    data = source.week(window)
+    previous = None
+    if with_previous:
+        try:
+            previous = source.week(window.previous(), jobs=False)
+        except SourceUnavailable as e:
+            log.warning("previous window unavailable (%s): no week-over-week comparison", e)
+        if previous is not None and not previous.gpus:
+            previous = None
+    return build(data, s.cost, previous=previous, min_coverage=s.analytics.min_coverage)
+
+
+def out_dir(s: FullSettings, override: str | Path | None = None) -> Path:
+    return Path(override) if override else s.analytics.reports_dir

@@ -1,0 +1,162 @@
+"""The exporter's embedded SQLite history as a source (a single node without Prometheus).
+
+Everything here is exact: per-minute counter increments, per-job increments, the finished jobs'
+own times and the benchmark records. Pending GPU-hours come from finished jobs only (jobs still
+pending when the report runs are not in the history yet).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import sqlite3
+import zoneinfo
+from collections import defaultdict
+from pathlib import Path
+
+from analytics.data import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, Window
+from analytics.sources.base import SourceUnavailable, percentile
+from exporter import history
+from exporter.benchmarks.results import allreduce_from, train_from
+from exporter.jobs import JobKey
+
+FAILED_STATES = ("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
+class EmbeddedSource:
+    name = "embedded"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.db = history.connect(self.path, readonly=True)
+        except (history.HistoryError, sqlite3.Error) as e:
+            raise SourceUnavailable(f"embedded history {self.path}: {e}") from e
+
+    def week(self, window: Window, *, jobs: bool = True) -> WeekData:
+        try:
+            gpus = self._gpus(window)
+            per_job = self._jobs(window, {g.uuid: g.host for g in gpus}) if jobs else []
+            queue, failures = self._scheduler(window)
+            bench = self._bench(window)
+        except sqlite3.Error as e:
+            raise SourceUnavailable(f"embedded history {self.path}: {e}") from e
+        return WeekData(window, "embedded", tuple(gpus), tuple(per_job), tuple(queue), tuple(failures), bench,
+                        approximations=("pending GPU-hours count finished jobs only",))  # fmt: skip
+
+    def _gpus(self, w: Window) -> list[GpuWeek]:
+        rows = self.db.execute("SELECT uuid, hostname, gpu_index, model FROM gpus")
+        ident = {u: (h, m, str(i)) for u, h, i, m in rows}
+        n_hours = math.ceil(w.hours)
+        acc: dict[str, dict[str, list[float]]] = {}
+        measured: dict[str, set[str]] = defaultdict(set)
+        rows = self.db.execute(
+            "SELECT uuid, CAST((minute - ?) / 3600 AS INTEGER), sum(sampled_seconds), sum(busy_seconds), "
+            "sum(sm_active_seconds), count(sm_active_seconds), sum(allocated_seconds), sum(allocated_idle_seconds), "
+            "sum(energy_joules), count(energy_joules) FROM gpu_minutes WHERE minute >= ? AND minute < ? "
+            "GROUP BY uuid, 2",
+            (int(w.start), int(w.start), int(w.end)),
+        )
+        for uuid, h, sampled, busy, sm, n_sm, alloc, idle, energy, n_energy in rows:
+            a = acc.setdefault(uuid, {k: [0.0] * n_hours for k in ("sampled", "busy", "sm", "alloc", "idle", "energy")})
+            for key, v in (("sampled", sampled), ("busy", busy), ("sm", sm), ("alloc", alloc), ("idle", idle),
+                           ("energy", energy)):  # fmt: skip
+                a[key][h] += v or 0.0
+            if n_sm:
+                measured[uuid].add("sm")
+            if n_energy:
+                measured[uuid].add("energy")
+        out = []
+        for uuid, a in sorted(acc.items()):
+            host, model, gpu = ident.get(uuid, ("", "", ""))
+            has_energy = "energy" in measured[uuid]
+            out.append(GpuWeek(
+                uuid=uuid, host=host, model=model, gpu=gpu,
+                sampled_s=sum(a["sampled"]), busy_s=sum(a["busy"]),
+                sm_active_s=sum(a["sm"]) if "sm" in measured[uuid] else None,
+                allocated_s=sum(a["alloc"]), allocated_idle_s=sum(a["idle"]),
+                energy_j=sum(a["energy"]) if has_energy else None,
+                energy_by_hour=tuple(a["energy"]) if has_energy else None,
+                daily=_daily(w, a["sampled"], a["busy"], a["energy"] if has_energy else None),
+            ))  # fmt: skip
+        return out
+
+    def _jobs(self, w: Window, hosts: dict[str, str]) -> list[JobWeek]:
+        rows = self.db.execute(
+            "SELECT uuid, job_id, user, pod, namespace, container, sum(sampled_seconds), sum(busy_seconds), "
+            "sum(energy_joules) FROM job_minutes WHERE minute >= ? AND minute < ? "
+            "GROUP BY uuid, job_id, user, pod, namespace, container ORDER BY uuid, job_id, user",
+            (int(w.start), int(w.end)),
+        )
+        return [
+            JobWeek(uuid, hosts.get(uuid, ""), JobKey(j, u, p, n, c), s, b, e) for uuid, j, u, p, n, c, s, b, e in rows
+        ]
+
+    def _scheduler(self, w: Window) -> tuple[list[QueueWeek], list[FailureWeek]]:
+        finished = history.finished_jobs(self.db, w.start, w.end + 400 * 86400)  # ended in or after the week
+        waits: dict[str, list[float]] = defaultdict(list)
+        pending: dict[str, float] = defaultdict(float)
+        for j in finished:
+            if j.start is not None and j.submit is not None and w.start <= j.start < w.end:
+                waits[j.partition].append(j.start - j.submit)
+            if j.submit is not None:
+                until = j.start if j.start is not None else j.end
+                overlap = max(0.0, min(until, w.end) - max(j.submit, w.start))
+                pending[j.partition] += j.gpus * overlap / 3600
+        queue = [
+            QueueWeek(p, "exact", len(v), sum(v) / len(v) if v else None, percentile(v, 0.5), percentile(v, 0.95),
+                      max(v) if v else None, False, pending.get(p, 0.0))
+            for p in sorted(set(waits) | set(pending))
+            for v in [waits.get(p, [])]
+        ]  # fmt: skip
+        states: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        requeued: dict[str, int] = defaultdict(int)
+        lost: dict[str, float] = defaultdict(float)
+        for j in finished:
+            if not w.start <= j.end < w.end:
+                continue
+            states[j.partition][j.state] += 1
+            requeued[j.partition] += j.restarts
+            if j.state in FAILED_STATES and j.start is not None:
+                lost[j.partition] += j.gpus * (j.end - j.start) / 3600
+        failures = [FailureWeek(p, dict(s), requeued[p], lost.get(p, 0.0)) for p, s in sorted(states.items())]
+        return queue, failures
+
+    def _bench(self, w: Window) -> BenchWeek | None:
+        latest: dict[str, str] = {}
+        for r in history.bench_records(self.db, w.start):
+            if r.finished < w.end and r.result in ("ok", "failed") and r.data and r.data.startswith("{"):
+                latest[r.bench] = r.data
+        if not latest:
+            return None
+        busbw: dict[int, float] = {}
+        speedup: dict[int, float] = {}
+        efficiency: dict[int, float] = {}
+        throughput: dict[int, float] = {}
+        model = ""
+        if "allreduce" in latest:
+            ar = allreduce_from(json.loads(latest["allreduce"]))
+            busbw[ar.world_size] = ar.busbw_largest
+        if "train" in latest:
+            t = train_from(json.loads(latest["train"]))
+            model = t.model
+            for row in t.rows:
+                speedup[row.world_size] = row.speedup
+                efficiency[row.world_size] = row.efficiency
+                throughput[row.world_size] = row.samples_per_second
+        return BenchWeek(busbw, speedup, efficiency, throughput.get(1), throughput, model)
+
+
+def _daily(w: Window, sampled: list[float], busy: list[float], energy: list[float] | None
+           ) -> tuple[tuple[float, float, float | None], ...]:  # fmt: skip
+    """Hourly figures folded into the window's local days."""
+    tz = zoneinfo.ZoneInfo(w.timezone)
+    days: dict[dt.date, list[float]] = {}
+    for h in range(len(sampled)):
+        day = dt.datetime.fromtimestamp(w.start + h * 3600 + 1, tz).date()
+        d = days.setdefault(day, [0.0, 0.0, 0.0])
+        d[0] += sampled[h]
+        d[1] += busy[h]
+        d[2] += energy[h] if energy is not None else 0.0
+    return tuple((s, b, e if energy is not None else None) for s, b, e in (days[k] for k in sorted(days)))

@@ -1,0 +1,201 @@
+"""gpuledger's own series in Prometheus (or Thanos, VictoriaMetrics, Mimir) as a source.
+
+Aggregation happens in PromQL, summed by GPU, so 1,024 GPUs cost the same queries as one (about
+90 for a week). GPU counters: their values at the day boundaries (``analytics.sources.counters``:
+exact, one sample per series read, ``increase()`` only where a counter reset or a series is
+missing); per-job counters, whose series begin and end inside the window: ``increase(...[day])``.
+The days add up to the window and are the daily figures too. Hourly energy (for time-of-day
+tariffs) is one range query. Only plain PromQL and the query/query_range endpoints are used.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import TypeVar
+
+from analytics.config import PrometheusSettings
+from analytics.data import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, Window, days
+from analytics.sources import counters, kubernetes
+from analytics.sources.base import SourceUnavailable
+from analytics.sources.promapi import PromAPI, QueryError, rng
+from exporter.jobs import JobKey
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+GPU_COUNTERS = {
+    "sampled": "gpuledger_gpu_sampled_seconds_total",
+    "busy": "gpuledger_gpu_busy_seconds_total",
+    "sm": "gpuledger_gpu_sm_active_seconds_total",
+    "alloc": "gpuledger_gpu_allocated_seconds_total",
+    "idle": "gpuledger_gpu_allocated_idle_seconds_total",
+    "energy": "gpuledger_gpu_energy_joules_total",
+}
+JOB_LABELS = ("job_id", "user", "pod", "namespace", "container")
+FAILED = "FAILED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY"
+
+
+class PrometheusSource:
+    name = "prometheus"
+
+    def __init__(self, settings: PrometheusSettings, api: PromAPI | None = None, hourly_energy: bool = False) -> None:
+        self.s = settings
+        self.api = api or PromAPI(settings)
+        self.hourly_energy = hourly_energy  # a tariff needs energy hour by hour
+
+    def week(self, w: Window, *, jobs: bool = True) -> WeekData:
+        problems: list[str] = []
+        gpus = self._gpus(w, problems)
+        hosts = {g.uuid: g.host for g in gpus}
+
+        def part(what: str, fn: Callable[[], T], empty: T) -> T:
+            try:
+                return fn()
+            except QueryError as e:
+                problems.append(f"{what}: {e}")
+                return empty
+
+        no_jobs: list[JobWeek] = []
+        no_queue: list[QueueWeek] = []
+        no_failures: list[FailureWeek] = []
+        per_job = part("per-job figures", lambda: self._jobs(w, hosts), no_jobs) if jobs else no_jobs
+        queue = part("queue", lambda: self._queue(w), no_queue)
+        if self.s.kube_state_metrics:
+            queue += part("Kubernetes queue wait", lambda: kubernetes.queue_wait(self.api, w), no_queue)
+        failures = part("failed jobs", lambda: self._failures(w), no_failures)
+        bench = part("benchmarks", lambda: self._bench(w), None)
+        return WeekData(w, "prometheus", tuple(gpus), tuple(per_job), tuple(queue), tuple(failures), bench,
+                        approximations=("pending GPU-hours from the average of the pending-GPUs gauge",
+                                        "queue-wait quantiles estimated from histogram buckets"),
+                        problems=tuple(problems))  # fmt: skip
+
+    # --- GPUs ---------------------------------------------------------------------------
+
+    def _by_uuid(self, expr: str, at: float) -> dict[str, float]:
+        return {s.labels.get("uuid", ""): s.value for s in self.api.query(expr, at)}
+
+    def _gpus(self, w: Window, problems: list[str]) -> list[GpuWeek]:
+        try:
+            per_day, seen = counters.day_totals(self.api, w, GPU_COUNTERS, "sampled", "gpuledger_gpu_info")
+        except QueryError as e:
+            raise SourceUnavailable(f"prometheus {self.s.url}: GPU totals: {e}") from e
+
+        def total(kind: str, uuid: str) -> float | None:
+            values = [d[kind][uuid] for d in per_day if uuid in d[kind]]
+            return sum(values) if values else None
+
+        hourly: dict[str, list[float]] = {}
+        if self.hourly_energy:
+            try:
+                hourly = counters.hourly(self.api, w, GPU_COUNTERS["energy"])
+            except QueryError as e:
+                problems.append(f"hourly energy (for the tariff): {e}")
+        out = []
+        for uuid in sorted(set(seen) | {u for d in per_day for u in d["sampled"]}):
+            labels = seen.get(uuid, {})
+            energy = total("energy", uuid)
+            hours = hourly.get(uuid)
+            if hours and energy is not None and sum(hours) > 0:  # the hours, scaled to the exact total
+                hours = [h * energy / sum(hours) for h in hours]
+            out.append(GpuWeek(
+                uuid=uuid, host=labels.get("hostname", labels.get("instance", "")), model=labels.get("model", ""),
+                gpu=labels.get("gpu", ""), sampled_s=total("sampled", uuid) or 0.0,
+                busy_s=total("busy", uuid) or 0.0, sm_active_s=total("sm", uuid),
+                allocated_s=total("alloc", uuid), allocated_idle_s=total("idle", uuid),
+                energy_j=energy, energy_by_hour=tuple(hours) if hours else None,
+                daily=tuple((d["sampled"].get(uuid, 0.0), d["busy"].get(uuid, 0.0), d["energy"].get(uuid))
+                            for d in per_day),
+            ))  # fmt: skip
+        return out
+
+    # --- jobs, queue, failures, benchmarks ---------------------------------------------
+
+    def _jobs(self, w: Window, hosts: dict[str, str]) -> list[JobWeek]:
+        """By day, as the GPU totals."""
+        by = "uuid, " + ", ".join(JOB_LABELS)
+        figures: dict[tuple[str, JobKey], list[float]] = {}
+        names = ("sampled_seconds", "busy_seconds", "energy_joules")
+        queries = [(f"sum by ({by}) (increase(gpuledger_job_gpu_{m}_total[{rng(end - start)}]))", end)
+                   for start, end, _ in days(w) for m in names]  # fmt: skip
+        for n, answer in enumerate(self.api.query_many(queries)):
+            for s in answer:
+                key = (s.labels.get("uuid", ""), JobKey(*(s.labels.get(k, "") for k in JOB_LABELS)))
+                figures.setdefault(key, [0.0, 0.0, 0.0])[n % len(names)] += s.value
+        return [JobWeek(u, hosts.get(u, ""), k, *v) for (u, k), v in sorted(figures.items(), key=lambda x: x[0][0])]
+
+    def _queue(self, w: Window) -> list[QueueWeek]:
+        r = rng(w.seconds)
+        hist = "gpuledger_queue_wait_seconds"
+        count = {s.labels.get("partition", ""): s.value
+                 for s in self.api.query(f"sum by (partition) (increase({hist}_count[{r}]))", w.end)}  # fmt: skip
+        total = {s.labels.get("partition", ""): s.value
+                 for s in self.api.query(f"sum by (partition) (increase({hist}_sum[{r}]))", w.end)}  # fmt: skip
+        q = {}
+        for quantile in (0.5, 0.95):
+            expr = f"histogram_quantile({quantile}, sum by (le, partition) (increase({hist}_bucket[{r}])))"
+            q[quantile] = {s.labels.get("partition", ""): s.value for s in self.api.query(expr, w.end)}
+        buckets: dict[str, list[tuple[float, float]]] = {}
+        for s in self.api.query(f"sum by (le, partition) (increase({hist}_bucket[{r}]))", w.end):
+            buckets.setdefault(s.labels.get("partition", ""), []).append((float(s.labels["le"]), s.value))
+        pending = {s.labels.get("partition", ""): s.value * w.hours
+                   for s in self.api.query(f"sum by (partition) (avg_over_time(gpuledger_queue_pending_gpus[{r}]))",
+                                           w.end)}  # fmt: skip
+        out = []
+        for p in sorted(set(count) | set(pending)):
+            n = round(count.get(p, 0.0))
+            bound = _max_bound(buckets.get(p, []))
+            out.append(QueueWeek(
+                p, "histogram", n, total.get(p, 0.0) / count[p] if count.get(p) else None,
+                _finite(q[0.5].get(p)) if n else None, _finite(q[0.95].get(p)) if n else None,
+                bound if n else None, True, pending.get(p),
+            ))  # fmt: skip
+        return out
+
+    def _failures(self, w: Window) -> list[FailureWeek]:
+        r = rng(w.seconds)
+        states: dict[str, dict[str, int]] = {}
+        for s in self.api.query(f"sum by (partition, state) (increase(gpuledger_jobs_finished_total[{r}]))", w.end):
+            states.setdefault(s.labels.get("partition", ""), {})[s.labels.get("state", "")] = round(s.value)
+        requeued = {s.labels.get("partition", ""): round(s.value)
+                    for s in self.api.query(f"sum by (partition) (increase(gpuledger_jobs_requeued_total[{r}]))",
+                                            w.end)}  # fmt: skip
+        lost_expr = f'sum by (partition) (increase(gpuledger_jobs_gpu_seconds_total{{state=~"{FAILED}"}}[{r}])) / 3600'
+        lost = {s.labels.get("partition", ""): s.value for s in self.api.query(lost_expr, w.end)}
+        return [FailureWeek(p, states.get(p, {}), requeued.get(p, 0), lost.get(p, 0.0))
+                for p in sorted(set(states) | set(requeued))]  # fmt: skip
+
+    def _bench(self, w: Window) -> BenchWeek | None:
+        r = rng(w.seconds)
+
+        def by_size(metric: str) -> dict[int, float]:
+            expr = f"max by (world_size) (last_over_time({metric}[{r}]))"
+            series = self.api.query(expr, w.end)
+            return {int(s.labels["world_size"]): s.value for s in series if "world_size" in s.labels}
+
+        busbw = by_size("gpuledger_bench_allreduce_largest_busbw_bytes_per_second")
+        speedup = by_size("gpuledger_bench_train_speedup_ratio")
+        if not busbw and not speedup:
+            return None
+        throughput = by_size("gpuledger_bench_train_throughput_samples_per_second")
+        models = self.api.query(f"last_over_time(gpuledger_bench_train_speedup_ratio[{r}])", w.end)
+        model = models[0].labels.get("model", "") if models else ""
+        efficiency = by_size("gpuledger_bench_train_scaling_efficiency_ratio")
+        return BenchWeek(busbw, speedup, efficiency, throughput.get(1), throughput, model)
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
+def _max_bound(buckets: list[tuple[float, float]]) -> float | None:
+    """The smallest bucket bound that holds every observation: the maximum is at most this."""
+    if not buckets:
+        return None
+    buckets.sort()
+    total = buckets[-1][1]
+    for le, c in buckets:
+        if c >= total - 0.5:
+            return le if math.isfinite(le) else None
+    return None

@@ -1,0 +1,243 @@
+"""A synthetic GPU fleet with a known truth, built from the shapes of the real H200 capture.
+
+Each GPU runs a week of jobs (diurnal: busier by day), each job one of the capture's workloads
+(matmul, device copies, training, or a notebook that holds memory and idles); Slurm jobs wait in
+a queue (with a spike on Wednesday), some fail, some are cancelled while pending, some requeued;
+a benchmark round runs every night. The week lands in an embedded history (for the embedded
+source), in OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics`` (gpuledger's or
+dcgm-exporter's series names), and in ``Truth``, the exact figures a report must reproduce.
+Used by ``gpuledger demo``, the tests and the benchmarks. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import statistics
+import uuid as uuidlib
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from analytics.data import Window
+from exporter import history
+from exporter.history import BenchRecord, FinishedJob
+from exporter.jobs import JobKey
+from exporter.readers import DeviceInfo
+from exporter.readers.capture import bundled_path, load
+from exporter.state import JobMinuteRow, MinuteRow
+
+IDLE_WATTS = 75.5  # the capture's idle power
+
+
+@dataclass(frozen=True)
+class Shape:
+    util: float  # share busy
+    sm: float  # SM activity share
+    watts: float
+
+
+@cache
+def shapes() -> dict[str, Shape]:
+    """Per-phase means of the capture, away from the phase edges (2 s margins)."""
+    cap = load(bundled_path())
+    text = (resources.files("exporter") / "captures" / "h200-phases.phases.json").read_text()
+    marks = [(p["phase"], float(p["t"])) for p in json.loads(text)]
+    out = {}
+    for (name, start), (_, end) in itertools.pairwise(marks):
+        recs = [r for r in cap.records if start + 2 <= r.t <= end - 2]
+        if name in ("matmul_bf16", "device_copy", "training", "idle_end") and recs:
+            out[name] = Shape(
+                statistics.mean(r.util_gpu for r in recs),
+                statistics.mean(r.gpm.sm if r.gpm else 0.0 for r in recs),
+                statistics.mean(r.power_watts for r in recs),
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: str
+    user: str
+    partition: str
+    uuid: str
+    kind: str  # a key of shapes()
+    submit: float
+    start: float | None
+    end: float
+    state: str
+    restarts: int = 0
+
+
+@dataclass
+class Truth:
+    """What the report must say: per GPU seconds and joules, per job, queue and failures."""
+
+    gpu: dict[str, dict[str, float]] = field(default_factory=dict)  # uuid -> sampled, busy, sm, alloc, idle, energy
+    job: dict[tuple[str, JobKey], tuple[float, float, float]] = field(default_factory=dict)
+    waits: dict[str, list[float]] = field(default_factory=dict)  # partition -> waits of jobs started in the week
+    pending_gpu_hours: dict[str, float] = field(default_factory=dict)
+    finished: dict[tuple[str, str], int] = field(default_factory=dict)
+    failed_gpu_hours: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Fleet:
+    window: Window
+    devices: list[tuple[str, DeviceInfo]]  # (host, device)
+    minutes: dict[str, list[tuple[float, float, float, float, float, float]]]  # uuid -> per minute
+    jobs: list[Job]
+    job_minutes: dict[str, list[tuple[JobKey, int, int]]]  # uuid -> (job, first minute, last minute)
+    bench: list[BenchRecord]
+    truth: Truth
+
+
+USERS = ("alice", "bob", "carol", "dave", "erin", "frank")
+
+
+def generate(window: Window, hosts: int = 2, gpus_per_host: int = 8, seed: int = 7,
+             idle_holders: int = 2, minute_step: int = 60) -> Fleet:  # fmt: skip
+    rng = random.Random(seed)
+    sh = shapes()
+    n_min = int(window.seconds // minute_step)
+    devices = []
+    for h in range(hosts):
+        for i in range(gpus_per_host):
+            uid = f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f'gpuledger-demo-{seed}-{h}-{i}')}"
+            devices.append((f"gpu-node-{h + 1:02d}", DeviceInfo(i, uid, "NVIDIA H200", f"00000000:{i + 10:02X}:00.0")))
+    minutes: dict[str, list[tuple[float, float, float, float, float, float]]] = {}
+    jobs: list[Job] = []
+    job_minutes: dict[str, list[tuple[JobKey, int, int]]] = {}
+    next_id = 1000
+    for n, (_host, dev) in enumerate(devices):
+        rows = [(float(minute_step), 0.0, 0.0, 0.0, 0.0, IDLE_WATTS * minute_step)] * n_min
+        rows = list(rows)
+        spans = []
+        m = rng.randrange(1, 120)
+        while m < n_min:
+            hour = ((window.start + m * minute_step) // 3600) % 24
+            busy_hours = 8 <= hour < 20
+            if rng.random() < (0.9 if busy_hours else 0.5):
+                length = rng.randrange(60, 6 * 60)
+                kind = "idle_end" if n < idle_holders and rng.random() < 0.6 else rng.choice(
+                    ("training", "training", "training", "matmul_bf16", "device_copy"))  # fmt: skip
+                spans.append((m, min(n_min - 1, m + length), kind))  # none ends exactly at the week's end
+                m += length + rng.randrange(5, 90)
+            else:
+                m += rng.randrange(30, 180)
+        for first, last, kind in spans:
+            s = sh[kind]
+            for k in range(first, last):
+                jitter = 1.0 + rng.uniform(-0.05, 0.05)
+                busy = min(1.0, s.util * jitter)
+                idle = float(minute_step) if busy < 0.05 else 0.0
+                rows[k] = (float(minute_step), busy * minute_step, min(busy, s.sm * jitter) * minute_step,
+                           float(minute_step), idle, s.watts * jitter * minute_step)  # fmt: skip
+            next_id += 1
+            start = window.start + first * minute_step
+            end = window.start + last * minute_step
+            wednesday = _weekday(start) == 2
+            wait = rng.expovariate(1 / (1800 if wednesday else 240))
+            state = rng.choices(("COMPLETED", "FAILED", "TIMEOUT"), (0.88, 0.09, 0.03))[0]
+            job = Job(str(next_id), rng.choice(USERS), "gpu-large" if kind == "matmul_bf16" else "gpu", dev.uuid,
+                      kind, start - wait, start, end, state, restarts=1 if rng.random() < 0.03 else 0)  # fmt: skip
+            jobs.append(job)
+            job_minutes.setdefault(dev.uuid, []).append((JobKey(job.job_id, job.user), first, last))
+        minutes[dev.uuid] = rows
+    for _ in range(max(2, len(devices) // 4)):  # cancelled while pending: never ran
+        next_id += 1
+        submit = window.start + rng.uniform(0.1, 0.9) * window.seconds
+        jobs.append(Job(str(next_id), rng.choice(USERS), "gpu", "", "", submit, None, submit + rng.uniform(60, 3600),
+                        "CANCELLED"))  # fmt: skip
+    fleet = Fleet(window, devices, minutes, jobs, job_minutes, _bench(window, rng), Truth())
+    fleet.truth = _truth(fleet, minute_step)
+    return fleet
+
+
+def _weekday(t: float) -> int:
+    """Monday 0 .. Sunday 6, in UTC (the epoch was a Thursday)."""
+    return int(t // 86400 + 3) % 7
+
+
+def _bench(w: Window, rng: random.Random) -> list[BenchRecord]:
+    out = []
+    for day in range(int(w.seconds // 86400)):
+        t = w.start + day * 86400 + 4 * 3600 + 300
+        busbw = 170e9 * (1 + rng.uniform(-0.02, 0.02)) * (0.8 if _weekday(t) == 6 else 1.0)  # a drop on Sundays
+        rows = [{"size_bytes": 1 << 30, "count": 1 << 28, "time_seconds": (1 << 30) / (busbw / 1.75), "iters": 20,
+                 "algbw": busbw / 1.75, "busbw": busbw, "wrong": 0}]  # fmt: skip
+        ar = {"backend": "nccl", "world_size": 8, "dtype": "float32", "rows": rows}
+        speed = {1: 1.0, 2: 1.92, 4: 3.61, 8: 6.55}
+        t1 = 0.105
+        rows_t = [
+            {"world_size": n, "step_seconds": t1 * n / s, "per_gpu_samples_per_second": 16 * s / (n * t1),
+             "samples_per_second": 16 * s / t1, "speedup": s, "efficiency": s / n, "allreduce_share": None,
+             "allreduce_seconds": None, "predicted_speedup_no_overlap": None, "predicted_speedup_full_overlap": None,
+             "mfu": None}
+            for n, s in speed.items()
+        ]  # fmt: skip
+        train = {"model": "encoder-8x1024", "params": 100_000_000, "grad_bytes": 400_000_000, "batch_per_gpu": 16,
+                 "seq": 512, "flops_per_sample": 3.1e12, "peak_flops": 989e12, "busbw_source": "all-reduce sweep",
+                 "rows": rows_t}  # fmt: skip
+        out.append(BenchRecord(t, "allreduce", "ok", 12.0, "nccl", 8, json.dumps(ar)))
+        out.append(BenchRecord(t + 30, "train", "ok", 25.0, "nccl", 8, json.dumps(train)))
+    return out
+
+
+def _truth(f: Fleet, step: int) -> Truth:
+    t = Truth()
+    for uuid, rows in f.minutes.items():
+        sums = [sum(r[i] for r in rows) for i in range(6)]
+        t.gpu[uuid] = dict(zip(("sampled", "busy", "sm", "alloc", "idle", "energy"), sums, strict=True))
+        for key, first, last in f.job_minutes.get(uuid, []):
+            rows_j = rows[first:last]
+            t.job[(uuid, key)] = (step * (last - first), sum(r[1] for r in rows_j), sum(r[5] for r in rows_j))
+    w = f.window
+    for j in f.jobs:
+        if j.start is not None and w.start <= j.start < w.end:
+            t.waits.setdefault(j.partition, []).append(j.start - j.submit)
+        until = j.start if j.start is not None else j.end
+        overlap = max(0.0, min(until, w.end) - max(j.submit, w.start))
+        t.pending_gpu_hours[j.partition] = t.pending_gpu_hours.get(j.partition, 0.0) + overlap / 3600
+        if w.start <= j.end < w.end:
+            t.finished[(j.partition, j.state)] = t.finished.get((j.partition, j.state), 0) + 1
+            if j.state in ("FAILED", "TIMEOUT") and j.start is not None:
+                t.failed_gpu_hours[j.partition] = t.failed_gpu_hours.get(j.partition, 0.0) + (j.end - j.start) / 3600
+    return t
+
+
+def write_history(f: Fleet, path: str | Path, step: int = 60) -> None:
+    """Write the fleet's week as the exporter's history would hold it (several hosts in one file)."""
+    w = f.window
+    db = history.connect(path)
+    try:
+        for host in sorted({h for h, _ in f.devices}):
+            devs = [d for h, d in f.devices if h == host]
+            with history.transaction(db):
+                rows = []
+                for d in devs:
+                    for k, (s, b, sm, a, i, e) in enumerate(f.minutes[d.uuid]):
+                        values = {"sampled_seconds": s, "busy_seconds": b, "sm_active_seconds": sm,
+                                  "tensor_active_seconds": None, "dram_active_seconds": None, "energy_joules": e,
+                                  "allocated_seconds": a, "allocated_idle_seconds": i}  # fmt: skip
+                        rows.append(MinuteRow(int(w.start + k * step), d, values))
+                history.insert_minutes(db, rows, host)
+        with history.transaction(db):
+            jm = []
+            for uuid, spans in f.job_minutes.items():
+                rows_u = f.minutes[uuid]
+                for key, first, last in spans:
+                    for k in range(first, last):
+                        s, b, _, _, _, e = rows_u[k]
+                        jm.append(JobMinuteRow(int(w.start + k * step), uuid, key, s, b, e))
+            history.insert_job_minutes(db, jm)
+            history.insert_jobs(db, [
+                FinishedJob("", j.job_id, f"train-{j.kind or 'x'}", j.user, j.partition, j.state, j.submit, j.submit,
+                            j.start, j.end, 1, "0:0" if j.state == "COMPLETED" else "1:0", j.restarts)
+                for j in f.jobs
+            ])  # fmt: skip
+            history.insert_bench(db, f.bench)
+    finally:
+        db.close()

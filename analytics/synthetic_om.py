@@ -1,0 +1,154 @@
+"""The synthetic fleet as scraped series, in OpenMetrics text for
+``promtool tsdb create-blocks-from openmetrics``: every series' samples contiguous and ascending,
+timestamps in seconds, one sample per step (the scrape interval), ``# EOF`` last.
+
+``naming="gpuledger"`` writes what gpuledger's exporter would have exposed; ``naming="dcgm"``
+what dcgm-exporter would have (a utilisation gauge, SM activity, power, an energy counter in mJ).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+from analytics.synthetic import Fleet
+from exporter.slurm.watcher import WAIT_BUCKETS
+
+GRACE = 600  # the exporter keeps a finished job's series this long
+
+
+def _labels(d: dict[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in d.items()) + "}"
+
+
+def _series(out: IO[str], name: str, labels: dict[str, str], points: Iterator[tuple[float, float]]) -> None:
+    lab = _labels(labels)
+    for t, v in points:
+        out.write(f"{name}{lab} {v:.12g} {t:.0f}\n")
+
+
+def write(f: Fleet, path: str | Path, naming: str = "gpuledger", step: int = 60) -> int:
+    """Write the fleet's week; returns the number of samples."""
+    w = f.window
+    n = len(next(iter(f.minutes.values())))
+    times = [w.start + k * step for k in range(-1, n + 2)]  # from a scrape before to one after the week
+    count = 0
+    with open(path, "w") as out:
+        for host, dev in f.devices:
+            rows = f.minutes[dev.uuid]
+            base = {"instance": f"{host}:10044", "job": "gpuledger", "gpu": str(dev.index), "uuid": dev.uuid}
+
+            def cumulative(
+                i: int, rows: Sequence[tuple[float, ...]] = rows, scale: float = 1.0
+            ) -> Iterator[tuple[float, float]]:
+                total = 0.0
+                for k, t in enumerate(times):
+                    yield t, total * scale
+                    if 1 <= k <= n:
+                        total += rows[k - 1][i]
+
+            if naming == "dcgm":
+                dl = {"gpu": str(dev.index), "UUID": dev.uuid, "modelName": dev.model, "Hostname": host}
+                minute = [(t, rows[k - 1] if 1 <= k <= n else None) for k, t in enumerate(times)]
+                _series(out, "DCGM_FI_DEV_GPU_UTIL", dl, ((t, 100 * r[1] / r[0] if r else 0.0) for t, r in minute))
+                _series(out, "DCGM_FI_PROF_SM_ACTIVE", dl, ((t, r[2] / r[0] if r else 0.0) for t, r in minute))
+                _series(out, "DCGM_FI_DEV_POWER_USAGE", dl, ((t, r[5] / r[0] if r else 75.5) for t, r in minute))
+                _series(out, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", dl,
+                        ((t, 9e9 + v) for t, v in cumulative(5, scale=1000.0)))  # fmt: skip
+                count += 4 * len(times)
+                continue
+            info = {**base, "model": dev.model, "pci_bus_id": dev.pci_bus_id, "driver_version": "580.159.04",
+                    "hostname": host}  # fmt: skip
+            _series(out, "gpuledger_gpu_info", info, ((t, 1.0) for t in times))
+            for i, name in enumerate(("sampled_seconds", "busy_seconds", "sm_active_seconds", "allocated_seconds",
+                                      "allocated_idle_seconds", "energy_joules")):  # fmt: skip
+                _series(out, f"gpuledger_gpu_{name}_total", base, cumulative(i))
+            count += 7 * len(times)
+            for key, first, last in f.job_minutes.get(dev.uuid, []):
+                jl = {**base, "job_id": key.job_id, "user": key.user}
+                span = [t for t in times if w.start + first * step <= t <= w.start + last * step + GRACE]
+                for i, name in ((0, "sampled_seconds"), (1, "busy_seconds"), (5, "energy_joules")):
+                    cum = [0.0]
+                    for k in range(first, last):
+                        cum.append(cum[-1] + rows[k][i])
+                    pts = ((t, cum[min(len(cum) - 1, int((t - w.start) // step) - first)]) for t in span)
+                    _series(out, f"gpuledger_job_gpu_{name}_total", jl, pts)
+                    count += len(span)
+        if naming == "gpuledger":
+            count += _queue(f, out, times)
+            count += _bench(f, out, times)
+        out.write("# EOF\n")
+    return count
+
+
+def _queue(f: Fleet, out: IO[str], times: list[float]) -> int:
+    base = {"instance": "slurm-watcher:10044", "job": "gpuledger"}
+    count = 0
+    for p in sorted({j.partition for j in f.jobs}):
+        jobs = [j for j in f.jobs if j.partition == p]
+        started = sorted((j.start, j.start - j.submit) for j in jobs if j.start is not None)
+        starts = [s for s, _ in started]
+        for le in (*WAIT_BUCKETS, float("inf")):
+            lab = {**base, "partition": p, "le": "+Inf" if le == float("inf") else f"{le:g}"}
+            under = [s for s, wt in started if wt <= le]
+            _series(out, "gpuledger_queue_wait_seconds_bucket", lab,
+                    ((t, float(bisect.bisect_right(under, t))) for t in times))  # fmt: skip
+        _series(out, "gpuledger_queue_wait_seconds_count", {**base, "partition": p},
+                ((t, float(bisect.bisect_right(starts, t))) for t in times))  # fmt: skip
+        sums = [0.0]
+        for _, wt in started:
+            sums.append(sums[-1] + wt)
+        _series(out, "gpuledger_queue_wait_seconds_sum", {**base, "partition": p},
+                ((t, sums[bisect.bisect_right(starts, t)]) for t in times))  # fmt: skip
+        opened = sorted(j.submit for j in jobs)
+        closed = sorted(j.start if j.start is not None else j.end for j in jobs)
+        pending = ((t, float(bisect.bisect_right(opened, t) - bisect.bisect_right(closed, t))) for t in times)
+        _series(out, "gpuledger_queue_pending_gpus", {**base, "partition": p}, pending)
+        requeues = sorted(j.start for j in jobs if j.start is not None for _ in range(j.restarts))
+        _series(out, "gpuledger_jobs_requeued_total", {**base, "partition": p},
+                ((t, float(bisect.bisect_right(requeues, t))) for t in times))  # fmt: skip
+        count += (len(WAIT_BUCKETS) + 5) * len(times)
+        for state in sorted({j.state for j in jobs}):
+            ended = sorted(j.end for j in jobs if j.state == state)
+            lab = {**base, "partition": p, "state": state}
+            _series(
+                out, "gpuledger_jobs_finished_total", lab, ((t, float(bisect.bisect_right(ended, t))) for t in times)
+            )
+            gs = sorted((j.end, j.end - j.start) for j in jobs if j.state == state and j.start is not None)
+            ends, acc = [e for e, _ in gs], [0.0]
+            for _, d in gs:
+                acc.append(acc[-1] + d)
+            _series(out, "gpuledger_jobs_gpu_seconds_total", lab,
+                    ((t, acc[bisect.bisect_right(ends, t)]) for t in times))  # fmt: skip
+            count += 2 * len(times)
+    return count
+
+
+def _bench(f: Fleet, out: IO[str], times: list[float]) -> int:
+    import json
+
+    base = {"instance": "gpu-node-01:10044", "job": "gpuledger"}
+    series: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]] = {}
+    lab: tuple[tuple[str, str], ...]
+    for r in f.bench:
+        data = json.loads(r.data or "{}")
+        if r.bench == "allreduce":
+            key = ("gpuledger_bench_allreduce_largest_busbw_bytes_per_second",
+                   (("backend", data["backend"]), ("world_size", str(data["world_size"]))))  # fmt: skip
+            series.setdefault(key, []).append((r.finished, data["rows"][-1]["busbw"]))
+        elif r.bench == "train":
+            for row in data["rows"]:
+                lab = (("model", data["model"]), ("world_size", str(row["world_size"])))
+                for metric, field in (("speedup_ratio", "speedup"), ("scaling_efficiency_ratio", "efficiency"),
+                                      ("throughput_samples_per_second", "samples_per_second")):  # fmt: skip
+                    series.setdefault((f"gpuledger_bench_train_{metric}", lab), []).append((r.finished, row[field]))
+    count = 0
+    for (name, lab), changes in series.items():
+        changes.sort()
+        at = [t for t, _ in changes]
+        pts = [(t, changes[i - 1][1]) for t in times if (i := bisect.bisect_right(at, t)) > 0]
+        _series(out, name, {**base, **dict(lab)}, iter(pts))
+        count += len(pts)
+    return count

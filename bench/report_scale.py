@@ -1,0 +1,279 @@
+"""Weekly report time and peak memory against a real Prometheus holding N GPUs x 7 days at 15 s.
+
+For each fleet size the week is written as OpenMetrics text (one file per day, written while
+promtool reads the day before), backfilled with ``promtool tsdb create-blocks-from openmetrics``,
+served by a real Prometheus, and reported by ``gpuledger report --source prometheus`` in a child
+process, three times (the first right after Prometheus started). Wall time and the child's peak
+RSS (wait4) are recorded; so are the queries the source sends.
+
+Series per GPU, as gpuledger's exporter exposes them: gpuledger_gpu_info and six counters, plus
+three per-job counters for the job on it (4-hour slots, 80 % of them taken, 10 minutes of grace
+after each); per partition (2): the queue-wait histogram, pending GPUs, finished and requeued
+jobs. A day-long diurnal load; a twentieth of the GPUs held idle.
+
+    python bench/report_scale.py [--gpus 64,256,1024] [--days 7] [--step 15] [--cache DIR]
+
+Backfilling takes about 1.5, 4.5 and 17 minutes on 2 cores (1,024 GPUs: 394 M samples; promtool
+holds about 10 GB while it reads a day); ``--cache`` keeps the TSDBs for the next run.
+
+Target (docs/performance.md): 1,024 GPUs in <= 10 s and <= 1 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import table, write_result
+
+DAY = 86400
+SLOT = 4 * 3600  # one job per GPU per 4-hour slot
+GRACE = 600
+BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 43200, 86400, 172800, 604800)
+WEEK_START = 1794787200  # Monday 2026-11-16 00:00 UTC (2026-W47)
+
+
+def _rand(g: int, n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng([seed, g]).random(n)
+
+
+def _increments(g: int, n: int, step: int, gpus: int) -> dict[str, np.ndarray]:
+    """Per-step increments of GPU g's six counters for the first n steps of the week."""
+    t = WEEK_START + step * np.arange(n)
+    slot = ((t - WEEK_START) // SLOT).astype(np.int64)
+    slots = int(slot[-1]) + 1 if n else 0
+    taken = _rand(g, slots, 1) < 0.8
+    running = taken[slot]
+    holder = g % 20 == 0  # holds its GPU and idles
+    phase = (g % 97) / 97 * 0.2
+    load = 0.5 + 0.4 * np.sin(2 * np.pi * ((t % DAY) / DAY - 0.25 + phase)) + 0.1 * (_rand(g, n, 2) - 0.5)
+    util = np.where(running, 0.0 if holder else np.clip(load, 0.0, 1.0), 0.0)
+    s = float(step)
+    return {
+        "sampled_seconds": np.full(n, s),
+        "busy_seconds": util * s,
+        "sm_active_seconds": util * 0.8 * s,
+        "allocated_seconds": np.where(running, s, 0.0),
+        "allocated_idle_seconds": np.where(running & (util < 0.05), s, 0.0),
+        "energy_joules": (75.5 + 620.0 * util) * s,
+    }
+
+
+def _lines(prefix: str, ts: np.ndarray, values: np.ndarray) -> str:
+    return "".join(f"{prefix}{v:.10g} {t}\n" for v, t in zip(values.tolist(), ts.tolist(), strict=True))
+
+
+def write_day(args: tuple[int, int, int, str]) -> int:
+    """Day ``day`` of the fleet into ``path``; returns the samples written."""
+    gpus, day, step, path = args
+    per_day = DAY // step
+    k0, k1 = day * per_day, (day + 1) * per_day
+    ts = WEEK_START + step * np.arange(k0, k1)
+    count = 0
+    with open(path, "w") as out:
+        for g in range(gpus):
+            host, index = f"gpu-node-{g // 8 + 1:04d}", g % 8
+            uuid = f"GPU-{g:08x}-0000-4000-8000-000000000000"
+            base = f'instance="{host}:10044",job="gpuledger",gpu="{index}",uuid="{uuid}"'
+            info = f'gpuledger_gpu_info{{{base},model="NVIDIA H200",hostname="{host}",driver_version="580.159.04"}} '
+            out.write(_lines(info, ts, np.ones(len(ts))))
+            inc = _increments(g, k1, step, gpus)
+            cum = {name: np.cumsum(v) for name, v in inc.items()}
+            for name, c in cum.items():
+                out.write(_lines(f"gpuledger_gpu_{name}_total{{{base}}} ", ts, c[k0:k1]))
+            count += 7 * len(ts)
+            taken = _rand(g, math.ceil((k1 * step) / SLOT) + 1, 1) < 0.8
+            first_slot, last_slot = max(0, (k0 * step - GRACE) // SLOT), (k1 * step) // SLOT
+            for sl in range(first_slot, last_slot + 1):
+                if sl >= len(taken) or not taken[sl]:
+                    continue
+                a, b = sl * SLOT // step, min(k1, (sl * SLOT + SLOT) // step)  # the job's steps
+                lo, hi = max(k0, a), min(k1, (sl * SLOT + SLOT + GRACE) // step)
+                if lo >= hi or a >= len(cum["sampled_seconds"]):
+                    continue
+                labels = f'{base},job_id="{g}-{sl}",user="user{(g + sl) % 40}"'
+                idx = np.minimum(np.arange(lo, hi), b - 1)
+                for name in ("sampled_seconds", "busy_seconds", "energy_joules"):
+                    c = cum[name]
+                    before = c[a - 1] if a else 0.0
+                    out.write(_lines(f"gpuledger_job_gpu_{name}_total{{{labels}}} ", ts[lo - k0 : hi - k0],
+                                     c[idx] - before))  # fmt: skip
+                    count += hi - lo
+        count += _scheduler(out, ts, gpus, k0, step)
+    return count
+
+
+def _scheduler(out: object, ts: np.ndarray, gpus: int, k0: int, step: int) -> int:
+    """Per-partition queue and job-outcome series: counters growing with the fleet."""
+    assert hasattr(out, "write")
+    count = 0
+    steps = np.arange(k0, k0 + len(ts))
+    for p, share in (("gpu", 0.8), ("gpu-large", 0.2)):
+        started = np.floor(steps * step / SLOT * gpus * 0.8 * share)  # jobs started so far
+        base = f'instance="slurm:10044",job="gpuledger",partition="{p}"'
+        for le in (*BUCKETS, math.inf):
+            frac = min(1.0, math.log1p(le) / math.log1p(3600)) if math.isfinite(le) else 1.0
+            lab = "+Inf" if not math.isfinite(le) else f"{le:g}"
+            out.write(
+                _lines(f'gpuledger_queue_wait_seconds_bucket{{{base},le="{lab}"}} ', ts, np.floor(started * frac))
+            )
+        out.write(_lines(f"gpuledger_queue_wait_seconds_count{{{base}}} ", ts, started))
+        out.write(_lines(f"gpuledger_queue_wait_seconds_sum{{{base}}} ", ts, started * 240.0))
+        out.write(_lines(f"gpuledger_queue_pending_gpus{{{base}}} ", ts, (steps % 40).astype(float)))
+        out.write(_lines(f"gpuledger_jobs_requeued_total{{{base}}} ", ts, np.floor(started * 0.03)))
+        for state, r in (("COMPLETED", 0.88), ("FAILED", 0.09), ("TIMEOUT", 0.03)):
+            lab = f'{base},state="{state}"'
+            out.write(_lines(f"gpuledger_jobs_finished_total{{{lab}}} ", ts, np.floor(started * r)))
+            out.write(_lines(f"gpuledger_jobs_gpu_seconds_total{{{lab}}} ", ts, np.floor(started * r) * SLOT))
+        count += (len(BUCKETS) + 11) * len(ts)
+    return count
+
+
+def backfill(gpus: int, days: int, step: int, work: Path) -> tuple[int, float]:
+    data = work / "data"
+    data.mkdir()
+    t0 = time.monotonic()
+    jobs = [(gpus, d, step, str(work / f"day{d}.om")) for d in range(days)]
+    samples = 0
+    # one day is written while promtool reads the one before: two files on disk at most
+    # (1,024 GPUs write about 10 GB of text a day)
+    with multiprocessing.Pool(1) as pool:
+        pending = pool.apply_async(write_day, (jobs[0],))
+        for d, job in enumerate(jobs):
+            n = pending.get()
+            if d + 1 < len(jobs):
+                pending = pool.apply_async(write_day, (jobs[d + 1],))
+            path = job[3]
+            with open(path, "a") as f:
+                f.write("# EOF\n")
+            subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h",
+                            path, str(data)], check=True, capture_output=True)  # fmt: skip
+            os.unlink(path)
+            samples += n
+            print(f"  day {d + 1}/{days}: {n / 1e6:.1f} M samples, {time.monotonic() - t0:.0f} s", flush=True)
+    return samples, time.monotonic() - t0
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def report_once(url: str, out: Path) -> tuple[float, float, int]:
+    """(seconds, peak RSS MiB, exit code) of one ``gpuledger report`` child."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+    t0 = time.monotonic()
+    p = subprocess.Popen([sys.executable, "-m", "gpuledger", "report", "--source", "prometheus", "--prometheus-url",
+                          url, "--week", "2026-W47", "--out", str(out)], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    _, status, usage = os.wait4(p.pid, 0)
+    seconds = time.monotonic() - t0
+    if status and p.stderr:
+        print(p.stderr.read().decode()[-2000:], file=sys.stderr)
+    return seconds, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
+
+
+def queries(url: str) -> int:
+    """PromQL queries one report sends: the week, and the previous week for the comparison."""
+    from analytics.config import FullSettings
+    from analytics.data import iso_week
+    from analytics.service import make_report
+    from analytics.sources.prometheus import PrometheusSource
+
+    s = FullSettings(analytics={"source": "prometheus"}, prometheus={"url": url})
+    src = PrometheusSource(s.prometheus)
+    make_report(src, iso_week("2026-W47"), s)
+    return src.api.queries
+
+
+def run_size(gpus: int, days: int, step: int, repeats: int, cache: Path | None) -> dict[str, float]:
+    """``cache``: keep the backfilled TSDB there (with what the backfill measured) and reuse it
+    on the next run; without one, a temporary folder that is deleted afterwards."""
+    work = cache / f"{gpus}-gpus-{days}d-{step}s" if cache else Path(tempfile.mkdtemp(prefix="gpuledger-scale-"))
+    meta = work / "backfill.json"
+    try:
+        if meta.exists():
+            samples, fill_s = json.loads(meta.read_text())["samples"], json.loads(meta.read_text())["seconds"]
+            print(f"{gpus} GPUs: reusing {work} ({samples / 1e6:.1f} M samples)", flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
+            print(f"{gpus} GPUs: backfilling {days} days at {step} s", flush=True)
+            samples, fill_s = backfill(gpus, days, step, work)
+            meta.write_text(json.dumps({"samples": samples, "seconds": fill_s}))
+        tsdb = sum(f.stat().st_size for f in (work / "data").rglob("*") if f.is_file())
+        port = 19090 + gpus % 1000
+        url = f"http://127.0.0.1:{port}"
+        (work / "prometheus.yml").write_text("global: {}\n")
+        with open(work / "prometheus.log", "w") as log:
+            argv = [
+                "prometheus",
+                f"--config.file={work / 'prometheus.yml'}",
+                f"--storage.tsdb.path={work / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=10y",
+            ]
+            prom = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 120
+            while not _ready(url):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("prometheus did not become ready")
+                time.sleep(0.2)
+            runs = [report_once(url, work / "reports") for _ in range(repeats)]
+            n_queries = queries(url)
+        finally:
+            prom.terminate()
+            prom.wait(timeout=30)
+        if any(code != 0 for _, _, code in runs):
+            raise RuntimeError(f"report failed: {runs}")
+        times = sorted(s for s, _, _ in runs)
+        return {"gpus": gpus, "samples_millions": samples / 1e6, "backfill_seconds": fill_s, "tsdb_mib": tsdb / 2**20,
+                "report_seconds_first": runs[0][0], "report_seconds_median": times[len(times) // 2],
+                "report_seconds_max": times[-1], "peak_rss_mib": max(r for _, r, _ in runs),
+                "queries": n_queries}  # fmt: skip
+    finally:
+        if cache is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpus", default="64,256,1024", help="fleet sizes, comma-separated")
+    ap.add_argument("--days", type=int, default=7)
+    ap.add_argument("--step", type=int, default=15, help="scrape interval of the backfilled series (s)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cache", type=Path, help="keep the backfilled TSDBs here and reuse them next time")
+    a = ap.parse_args()
+    for tool in ("prometheus", "promtool"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} not found (Debian: apt install prometheus)")
+    rows = [run_size(int(n), a.days, a.step, a.repeats, a.cache) for n in a.gpus.split(",")]
+    print(table(["GPUs", "samples (M)", "backfill s", "TSDB MiB", "report s (1st)", "report s (median)",
+                 "peak RSS MiB", "queries"],
+                [[r["gpus"], r["samples_millions"], r["backfill_seconds"], r["tsdb_mib"], r["report_seconds_first"],
+                  r["report_seconds_median"], r["peak_rss_mib"], r["queries"]] for r in rows]))  # fmt: skip
+    path = write_result("report_scale", {"days": a.days, "step_seconds": a.step, "repeats": a.repeats, "rows": rows,
+                                         "target": {"gpus": 1024, "seconds": 10, "rss_mib": 1024}})  # fmt: skip
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

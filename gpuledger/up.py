@@ -1,0 +1,69 @@
+"""``gpuledger up``: the exporter and the analytics daemon in one process on the embedded
+history: the single-node default, no Prometheus needed. The exporter serves :10044, the analytics
+:10045 (its /metrics, and the reports under /reports/)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from analytics.cli import COMMON, settings_from, wait_for_signal
+from analytics.config import FullSettings
+from analytics.sources import SourceUnavailable
+from exporter import cli as exporter_cli
+from exporter.config import ConfigError, default_history_path
+from exporter.readers import Reader
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    exporter_cli.add_arguments(p)  # --config, --listen, --reader, --history, ...
+    p.add_argument("--analytics-listen", metavar="HOST:PORT", help="the analytics /metrics (default :10045)")
+    p.add_argument("--reports-dir", metavar="DIR", help="where weekly reports are written")
+    p.add_argument("--timezone", metavar="ZONE", help="weeks start on Monday 00:00 here (default UTC)")
+
+
+def prepare(s: FullSettings, reader: Reader) -> None:
+    """Both halves share one history file: the exporter writes it, the analytics read it."""
+    if not s.history.enabled:
+        raise ConfigError("history.enabled: gpuledger up reads the embedded history; it cannot be off")
+    if s.history.path is None:
+        # a replayed capture gets a file of its own, never mixed into a real GPU's history
+        base = default_history_path()
+        s.history.path = base if reader.kind == "nvml" else base.with_name("history-replay.db")
+    s.analytics.source = "embedded"
+    s.analytics.history = s.history.path
+
+
+def run(args: argparse.Namespace) -> int:
+    from analytics.daemon import Analytics
+    from exporter.daemon import Exporter, build_reader, setup_logging
+
+    analytics = {"listen": args.analytics_listen, "reports_dir": args.reports_dir, "timezone": args.timezone}
+    extra = {**exporter_cli.overrides(args), "analytics": {k: v for k, v in analytics.items() if v is not None}}
+    try:
+        s = settings_from(argparse.Namespace(**{k: None for k in COMMON}, config=args.config), extra)
+        setup_logging(s.log_level)
+        reader = build_reader(s)
+        prepare(s, reader)
+        exporter = Exporter(s, reader)
+        exporter.start()  # first: it creates the history file the analytics open
+        try:
+            a = Analytics(s)
+        except BaseException:
+            exporter.stop()
+            raise
+    except ConfigError as e:
+        print(f"gpuledger up: {e}", file=sys.stderr)
+        return 2
+    except SourceUnavailable as e:
+        print(f"gpuledger up: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"gpuledger up: cannot listen: {e.strerror or e}", file=sys.stderr)
+        return 1
+    a.start()
+    print(f"gpuledger up: exporter {exporter.url}/metrics, analytics {a.url}/metrics, history {s.history.path}")
+    wait_for_signal()
+    a.stop()
+    exporter.stop()
+    return 0

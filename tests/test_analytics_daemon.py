@@ -1,0 +1,159 @@
+"""The analytics daemon in-process: its schedule, its /metrics against the reports it wrote, the
+reports it serves (and the paths it refuses), and a failing source reported, not fatal."""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.client
+import time
+import zoneinfo
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import free_port, http_get, one, parse_metrics, wait_until
+
+from analytics import synthetic
+from analytics.config import FullSettings
+from analytics.daemon import Analytics
+from analytics.data import Window, last_full_week
+from analytics.report import from_json
+from exporter.crontab import cron_trigger, weekdays
+
+TZ = "America/New_York"
+
+
+def _settings(tmp: Path, **analytics: object) -> FullSettings:
+    return FullSettings(
+        analytics={"source": "embedded", "history": tmp / "history.db", "reports_dir": tmp / "reports",
+                   "timezone": TZ, "listen": "127.0.0.1:0", **analytics},
+        cost={"currency": "EUR", "energy_price_per_kwh": 0.2, "pue": 1.4,
+              "rules": [{"match_model": "H200", "purchase_price": 30000, "depreciation_years": 5}]},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 4-GPU fleet from the start of last week (in TZ) up to now."""
+    tmp = tmp_path_factory.mktemp("daemon")
+    now = time.time() // 60 * 60
+    window = Window(last_full_week(now, TZ).start, now, "test", TZ)
+    synthetic.write_history(synthetic.generate(window, hosts=2, gpus_per_host=2, seed=3), tmp / "history.db")
+    return tmp
+
+
+@pytest.fixture
+def daemon(folder: Path) -> Iterator[Analytics]:
+    a = Analytics(_settings(folder))
+    a.start()
+    yield a
+    a.stop()
+
+
+def test_catch_up_writes_last_week_and_metrics_match_it(daemon: Analytics, folder: Path) -> None:
+    assert wait_until(lambda: {"week", "rolling_7d"} <= daemon.reports().keys(), 60)
+    label = last_full_week(time.time(), TZ).label
+    written = from_json((folder / "reports" / f"gpuledger-{label}.json").read_text())
+    assert written.complete and written.timezone == TZ and written.currency == "EUR"
+    m = parse_metrics(http_get(daemon.url + "/metrics")[2].decode())
+    fleet = {"group": "fleet", "key": "fleet"}
+    assert one(m, "gpuledger_report_cost", window="week", kind="total", **fleet) == pytest.approx(
+        written.fleet.total_cost
+    )
+    assert one(m, "gpuledger_report_utilization_ratio", window="week", **fleet) == pytest.approx(
+        written.fleet.utilization
+    )
+    for host in written.group("host"):
+        assert one(m, "gpuledger_report_cost_per_useful_gpu_hour", window="week", group="host",
+                   key=host.key) == pytest.approx(host.cost_per_useful_gpu_hour)  # fmt: skip
+    assert one(m, "gpuledger_report_complete", window="rolling_7d") == 1
+    assert one(m, "gpuledger_report_info", window="week", week=label, source="embedded", useful="busy",
+               currency="EUR") == 1  # fmt: skip
+    assert one(m, "gpuledger_price_energy_kwh", currency="EUR") == 0.2
+    assert one(m, "gpuledger_price_pue") == 1.4
+    assert one(m, "gpuledger_price_gpu_hour", host="gpu-node-01", model="NVIDIA H200", kind="owned",
+               currency="EUR") == pytest.approx(30000 / (5 * 8760))  # fmt: skip
+    assert one(m, "gpuledger_analytics_runs_total", task="weekly", result="ok") == 1
+    assert not any(labels for labels in m["gpuledger_report_cost"] if ("group", "gpu") in labels)  # per-GPU: files
+    assert http_get(daemon.url + "/healthz")[0] == 200
+
+
+def test_weekly_job_runs_monday_0005_in_the_configured_zone(daemon: Analytics) -> None:
+    job = daemon.scheduler.get_job("weekly")
+    assert job is not None
+    nxt = job.next_run_time
+    assert nxt.tzinfo is not None and str(nxt.tzinfo) == TZ
+    assert (nxt.weekday(), nxt.hour, nxt.minute) == (0, 0, 5)
+    assert dt.timedelta(0) < nxt - dt.datetime.now(zoneinfo.ZoneInfo(TZ)) <= dt.timedelta(days=7)
+
+
+def _raw_get(url: str, path: str) -> int:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=5)
+    c.request("GET", path)  # sent as written: no client-side normalisation of ".."
+    status = c.getresponse().status
+    c.close()
+    return status
+
+
+def test_reports_are_served_and_nothing_else(daemon: Analytics, folder: Path) -> None:
+    assert wait_until(lambda: "week" in daemon.reports(), 60)
+    label = daemon.reports()["week"].week
+    code, headers, body = http_get(f"{daemon.url}/reports/gpuledger-{label}.html")
+    assert code == 200 and headers["Content-Type"].startswith("text/html") and b"<svg" in body
+    assert http_get(f"{daemon.url}/reports/gpuledger-{label}-csv/costs.csv")[0] == 200
+    (folder / "reports" / ".secret.json").write_text("{}")
+    for path in ("/reports/../history.db", "/reports/%2e%2e/history.db", "/reports/.secret.json",
+                 "/reports//etc/passwd", "/reports/", "/reports/a/b/c.json", "/reports/x.db"):  # fmt: skip
+        assert _raw_get(daemon.url, path) == 404, path
+    assert f"gpuledger-{label}.html" in http_get(daemon.url + "/")[2].decode()
+
+
+def test_a_failing_source_is_counted_and_the_rest_keeps_serving(folder: Path, tmp_path: Path) -> None:
+    s = _settings(folder, source="prometheus", reports_dir=tmp_path / "r")
+    s.prometheus.url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    s.prometheus.retries = 0
+    a = Analytics(s)
+    a.start()
+    try:
+        assert wait_until(lambda: a.run_state()[0].get(("refresh", "error"), 0) >= 1, 30)
+        assert wait_until(lambda: a.run_state()[0].get(("weekly", "error"), 0) >= 1, 30)
+        code, _, body = http_get(a.url + "/metrics")
+        health = http_get(a.url + "/healthz")
+    finally:
+        a.stop()
+    m = parse_metrics(body.decode())
+    assert code == 200 and one(m, "gpuledger_analytics_runs_total", task="refresh", result="error") >= 1
+    assert health[0] == 503 and b'"refresh_errors": 1' in health[2]
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
+
+
+def test_a_restart_serves_the_last_report_on_disk(daemon: Analytics, folder: Path) -> None:
+    assert wait_until(lambda: "week" in daemon.reports(), 60)
+    s = _settings(folder, listen=f"127.0.0.1:{free_port()}")
+    again = Analytics(s)
+    again.load_latest()
+    try:
+        assert again.reports()["week"].week == daemon.reports()["week"].week
+    finally:
+        again.server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("field", "days", "first"),
+    [("1", "mon", "mon"), ("0", "sun", "sun"), ("7", "sun", "sun"), ("1-5", "mon,tue,wed,thu,fri", "mon"),
+     ("*/2", "sun,tue,thu,sat", "tue"), ("5-7", "fri,sat,sun", "fri"), ("mon-fri", "mon-fri", "mon"),
+     ("*", "*", "mon"), ("0,6", "sun,sat", "sat"), ("2/2", "tue,thu,sat", "tue")],
+)  # fmt: skip
+def test_crontab_weekdays_count_from_sunday(field: str, days: str, first: str) -> None:
+    """APScheduler numbers weekdays from Monday; crontab (and our docs) from Sunday."""
+    assert weekdays(field) == days
+    monday = dt.datetime(2026, 11, 30, tzinfo=zoneinfo.ZoneInfo("UTC"))  # fires from Monday 00:00 on
+    fires = cron_trigger(f"0 3 * * {field}").get_next_fire_time(None, monday)
+    assert fires is not None and fires.strftime("%a").lower() == first
+
+
+@pytest.mark.parametrize("bad", ["8", "5-2", "*/0", "x"])
+def test_crontab_weekdays_refuse_nonsense(bad: str) -> None:
+    with pytest.raises(ValueError):
+        cron_trigger(f"0 3 * * {bad}")

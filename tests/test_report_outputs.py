@@ -1,0 +1,93 @@
+"""The text renderers and the writer: JSON round trip, CSV that survives hostile keys, Markdown
+tables that a user name cannot break, files written where and how they should be."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from report_fixtures import HOSTILE_HOST, HOSTILE_JOB, HOSTILE_PARTITION, HOSTILE_USER, REASONS, sample_report
+
+from analytics.report.model import SCHEMA, CostRow
+from analytics.report.output import write
+from analytics.report.text import duration, from_json, hours, money, pct, to_csv, to_json, to_markdown
+
+
+def test_json_round_trip_is_exact_and_versioned() -> None:
+    report = sample_report()
+    text = to_json(report)
+    assert json.loads(text)["schema"] == SCHEMA == "gpuledger.report/v1"
+    assert "queue-ü" in text  # ensure_ascii=False
+    assert from_json(text) == report
+    with pytest.raises(ValueError, match="schema"):
+        from_json(text.replace(SCHEMA, "gpuledger.report/v0"))
+
+
+def test_csv_parses_back_with_hostile_keys() -> None:
+    report = sample_report()
+    files = to_csv(report)
+    assert set(files) == {f"{n}.csv" for n in ("costs", "daily", "queue", "failures", "benchmarks", "multi_gpu",
+                                               "rent_vs_buy", "deltas", "prices")}  # fmt: skip
+    costs = list(csv.DictReader(io.StringIO(files["costs.csv"])))
+    assert len(costs) == len(report.rows) + 1
+    assert list(costs[0]) == [f.name for f in dataclasses.fields(CostRow)]
+    assert [c["key"] for c in costs] == [report.fleet.key, *(r.key for r in report.rows)]
+    assert {HOSTILE_USER, HOSTILE_HOST, HOSTILE_JOB} <= {c["key"] for c in costs}
+    alice = next(c for c in costs if c["key"] == "alice")
+    assert alice["allocated_gpu_hours"] == ""  # None: empty, not 0
+    assert float(costs[0]["total_cost"]) == report.fleet.total_cost
+    queue = list(csv.DictReader(io.StringIO(files["queue.csv"])))
+    assert [q["partition"] for q in queue] == ["gpu", HOSTILE_PARTITION]
+    assert queue[1]["wait_max_is_bound"] == "true"
+
+
+def _unescaped_pipes(line: str) -> int:
+    return len(re.findall(r"(?<!\\)(?:\\\\)*\|", line))
+
+
+def test_markdown_banner_notes_and_unbreakable_tables() -> None:
+    report = sample_report()
+    md = to_markdown(report)
+    assert "INCOMPLETE" in md and all(reason in md for reason in REASONS)
+    assert "example prices" in md.lower()
+    tables = re.findall(r"(?:^\|.*\n)+", md, flags=re.MULTILINE)
+    assert len(tables) >= 10
+    for table in tables:
+        lines = table.splitlines()
+        assert len({_unescaped_pipes(line) for line in lines}) == 1, table
+    users = next(t for t in tables if t.startswith("| User |"))
+    assert len(users.splitlines()) == 2 + len(report.group("user"))
+    assert "alert" in users and "<script>" not in md
+    queue = next(t for t in tables if t.startswith("| Partition | Source |"))
+    assert len(queue.splitlines()) == 2 + len(report.queue)  # the newline in a partition stays in its row
+
+    plain = dataclasses.replace(report, complete=True, incomplete_reasons=[], example_prices=False)
+    assert "INCOMPLETE" not in to_markdown(plain) and "example prices" not in to_markdown(plain).lower()
+
+
+def test_formatting() -> None:
+    assert duration(252) == "4 m 12 s" and duration(7380) == "2 h 3 m" and duration(None) == "—"
+    assert money(1234.5, "USD") == "1,234.50 USD" and money(None, "USD") == "—"
+    assert hours(12.34) == "12.3 h" and pct(0.4567) == "45.7 %" and pct(-0.1, signed=True) == "-10.0 %"
+
+
+def test_write_all_formats(tmp_path: Path) -> None:
+    out = tmp_path / "reports" / "weekly"
+    paths = write(sample_report(), ["json", "csv", "md", "html"], out)
+    assert all(p.is_file() for p in paths)
+    names = {p.relative_to(out).as_posix() for p in paths}
+    assert {"gpuledger-2026-W48.json", "gpuledger-2026-W48.md", "gpuledger-2026-W48.html"} <= names
+    assert "gpuledger-2026-W48-csv/costs.csv" in names and len(names) == 3 + 9
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]  # no temporary left behind
+    assert from_json((out / "gpuledger-2026-W48.json").read_text(encoding="utf-8")) == sample_report()
+
+
+def test_write_rejects_unknown_format(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="pdf"):
+        write(sample_report(), ["md", "pdf"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
