@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 import time
-from types import FrameType
 from typing import Any
 
 from analytics import report as rpt
@@ -112,6 +109,23 @@ def add_analytics_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
 
 
+def start_error(command: str, e: Exception) -> int:
+    """The exit code and message for a daemon that cannot start: 2 for configuration, 1 else."""
+    if isinstance(e, ConfigError):
+        print(f"gpuledger {command}: {e}", file=sys.stderr)
+        return 2
+    if isinstance(e, SourceUnavailable):
+        print(f"gpuledger {command}: source unavailable: {e}", file=sys.stderr)
+        return 1
+    if isinstance(e, OSError):
+        print(f"gpuledger {command}: cannot listen: {e.strerror or e}", file=sys.stderr)
+        return 1
+    raise e
+
+
+STARTUP_ERRORS = (ConfigError, SourceUnavailable, OSError)
+
+
 def run_analytics(args: argparse.Namespace) -> int:
     from analytics.daemon import Analytics
 
@@ -119,38 +133,24 @@ def run_analytics(args: argparse.Namespace) -> int:
         s = settings_from(args)
         _logging(s.log_level)
         a = Analytics(s)
-    except ConfigError as e:
-        print(f"gpuledger analytics: {e}", file=sys.stderr)
-        return 2
-    except SourceUnavailable as e:
-        print(f"gpuledger analytics: source unavailable: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"gpuledger analytics: cannot listen on {s.analytics.listen}: {e.strerror or e}", file=sys.stderr)
-        return 1
+    except STARTUP_ERRORS as e:
+        return start_error("analytics", e)
     a.start()
     wait_for_signal()
     a.stop()
     return 0
 
 
-def wait_for_signal(seconds: float | None = None) -> None:
-    """Block until SIGTERM or SIGINT (or ``seconds`` pass)."""
-    done = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: stopping", signum)
-        done.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    done.wait(seconds)
-
-
 def _logging(level: str) -> None:
     from exporter.daemon import setup_logging
 
     setup_logging(level)
+
+
+def wait_for_signal(seconds: float | None = None) -> None:
+    from exporter.daemon import wait_for_signal as wait
+
+    wait(seconds)
 
 
 def _pct(v: float | None) -> str:

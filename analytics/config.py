@@ -4,14 +4,13 @@ same file, environment and flags as the exporter's (``exporter.config``), as sec
 
 from __future__ import annotations
 
-import zoneinfo
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from analytics.cost import CostModel
-from exporter.config import Settings, split_listen
+from exporter.config import Settings, check_timezone, split_listen
 
 FORMATS = ("html", "json", "csv", "md")
 
@@ -67,11 +66,7 @@ class AnalyticsSettings(_Section):
     @field_validator("timezone")
     @classmethod
     def _tz(cls, v: str) -> str:
-        try:
-            zoneinfo.ZoneInfo(v)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {v!r}") from None
-        return v
+        return check_timezone(v)
 
     @field_validator("formats")
     @classmethod
@@ -84,13 +79,9 @@ class AnalyticsSettings(_Section):
     @field_validator("cron")
     @classmethod
     def _cron(cls, v: str) -> str:
-        from exporter.crontab import cron_trigger
+        from exporter.crontab import check
 
-        try:
-            cron_trigger(v)
-        except ValueError as e:
-            raise ValueError(f"not a crontab expression ({e})") from None
-        return v
+        return check(v)
 
     @field_validator("listen")
     @classmethod

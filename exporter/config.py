@@ -147,25 +147,14 @@ class BenchSettings(_Section):
     @field_validator("cron")
     @classmethod
     def _cron(cls, v: str) -> str:
-        from exporter.crontab import cron_trigger
+        from exporter.crontab import check
 
-        try:
-            cron_trigger(v)
-        except ValueError as e:
-            raise ValueError(f"not a crontab expression ({e})") from None
-        return v
+        return check(v)
 
     @field_validator("timezone")
     @classmethod
     def _tz(cls, v: str | None) -> str | None:
-        if v is not None:
-            import zoneinfo
-
-            try:
-                zoneinfo.ZoneInfo(v)
-            except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-                raise ValueError(f"unknown time zone {v!r}") from None
-        return v
+        return None if v is None else check_timezone(v)
 
     @field_validator("benches")
     @classmethod
@@ -256,6 +245,17 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _FileSource(settings_cls))
+
+
+def check_timezone(v: str) -> str:
+    """A settings validator: an IANA time zone name, or a ValueError naming it."""
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(v)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {v!r}") from None
+    return v
 
 
 def split_listen(v: str) -> tuple[str, int]:

@@ -52,3 +52,12 @@ def cron_trigger(expr: str, timezone: dt.tzinfo | str | None = None) -> CronTrig
         raise ValueError(f"wrong number of fields: got {len(fields)}, expected 5")
     minute, hour, day, month, dow = fields
     return CronTrigger(minute=minute, hour=hour, day=day, month=month, day_of_week=weekdays(dow), timezone=timezone)
+
+
+def check(expr: str) -> str:
+    """A settings validator: the expression, or a ValueError that says what is wrong."""
+    try:
+        cron_trigger(expr)
+    except ValueError as e:
+        raise ValueError(f"not a crontab expression ({e})") from None
+    return expr

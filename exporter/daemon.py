@@ -184,6 +184,14 @@ def run(settings: Settings, reader: Reader | None = None) -> int:
     except OSError as e:
         log.error("cannot listen on %s: %s", settings.web.listen, e.strerror or e)
         return 1
+    exp.start()
+    wait_for_signal()
+    exp.stop()
+    return 0
+
+
+def wait_for_signal(seconds: float | None = None) -> None:
+    """Block until SIGTERM or SIGINT (or ``seconds`` pass)."""
     done = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -192,10 +200,7 @@ def run(settings: Settings, reader: Reader | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    exp.start()
-    done.wait()
-    exp.stop()
-    return 0
+    done.wait(seconds)
 
 
 def setup_logging(level: str) -> None:

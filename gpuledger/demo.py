@@ -19,10 +19,8 @@ import time
 from pathlib import Path
 
 from analytics import synthetic
-from analytics.cli import COMMON, settings_from, wait_for_signal
+from analytics.cli import COMMON, STARTUP_ERRORS, settings_from, start_error, wait_for_signal
 from analytics.data import Window, last_full_week
-from analytics.sources import SourceUnavailable
-from exporter.config import ConfigError
 
 WEEK = 7 * 86400
 
@@ -66,9 +64,8 @@ def run(args: argparse.Namespace) -> int:
     }  # fmt: skip
     try:
         s = settings_from(argparse.Namespace(**{k: None for k in COMMON}, config=args.config), extra)
-    except ConfigError as e:
-        print(f"gpuledger demo: {e}", file=sys.stderr)
-        return 2
+    except STARTUP_ERRORS as e:
+        return start_error("demo", e)
     setup_logging("warning")
     now = time.time() // 60 * 60
     last = last_full_week(now, s.analytics.timezone)
@@ -80,12 +77,8 @@ def run(args: argparse.Namespace) -> int:
           t0)  # fmt: skip
     try:
         a = Analytics(s)
-    except SourceUnavailable as e:
-        print(f"gpuledger demo: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"gpuledger demo: cannot listen on {s.analytics.listen}: {e.strerror or e}", file=sys.stderr)
-        return 1
+    except STARTUP_ERRORS as e:
+        return start_error("demo", e)
     files = a.weekly(last)
     r = a.reports().get("week")
     if r is None:
@@ -103,10 +96,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         exporter = Exporter(s)
-    except OSError as e:
-        print(f"gpuledger demo: cannot listen on {s.web.listen}: {e.strerror or e}", file=sys.stderr)
+    except STARTUP_ERRORS as e:
         a.server.server_close()
-        return 1
+        return start_error("demo", e)
     exporter.start()
     a.start(catch_up=False)
     _step(f"live: exporter {exporter.url}/metrics (replaying the H200 capture), analytics {a.url}/metrics, "

@@ -5,11 +5,9 @@ history: the single-node default, no Prometheus needed. The exporter serves :100
 from __future__ import annotations
 
 import argparse
-import sys
 
-from analytics.cli import COMMON, settings_from, wait_for_signal
+from analytics.cli import COMMON, STARTUP_ERRORS, settings_from, start_error, wait_for_signal
 from analytics.config import FullSettings
-from analytics.sources import SourceUnavailable
 from exporter import cli as exporter_cli
 from exporter.config import ConfigError, default_history_path
 from exporter.readers import Reader
@@ -52,15 +50,8 @@ def run(args: argparse.Namespace) -> int:
         except BaseException:
             exporter.stop()
             raise
-    except ConfigError as e:
-        print(f"gpuledger up: {e}", file=sys.stderr)
-        return 2
-    except SourceUnavailable as e:
-        print(f"gpuledger up: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"gpuledger up: cannot listen: {e.strerror or e}", file=sys.stderr)
-        return 1
+    except STARTUP_ERRORS as e:
+        return start_error("up", e)
     a.start()
     print(f"gpuledger up: exporter {exporter.url}/metrics, analytics {a.url}/metrics, history {s.history.path}")
     wait_for_signal()
