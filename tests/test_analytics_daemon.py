@@ -85,6 +85,8 @@ def test_weekly_job_runs_monday_0005_in_the_configured_zone(daemon: Analytics) -
     assert nxt.tzinfo is not None and str(nxt.tzinfo) == TZ
     assert (nxt.weekday(), nxt.hour, nxt.minute) == (0, 0, 5)
     assert dt.timedelta(0) < nxt - dt.datetime.now(zoneinfo.ZoneInfo(TZ)) <= dt.timedelta(days=7)
+    refresh = daemon.scheduler.get_job("refresh")
+    assert refresh is not None and refresh.trigger.interval == dt.timedelta(hours=1)  # rolling 7 days, hourly
 
 
 def _raw_get(url: str, path: str) -> int:

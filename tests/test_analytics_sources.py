@@ -13,7 +13,7 @@ from analytics_fixtures import WEEK, history, prometheus, small_fleet, truth_qua
 from promserver import PrometheusServer
 
 from analytics.config import PrometheusSettings
-from analytics.cost import CostModel
+from analytics.cost import CostModel, TariffWindow
 from analytics.data import WeekData, Window, iso_week
 from analytics.report.build import build
 from analytics.sources import SourceUnavailable
@@ -200,3 +200,21 @@ def test_a_window_beyond_the_data_is_incomplete(prom: PrometheusServer, fleet: F
     assert any("coverage 85.7 %" in reason and "4 of 4 GPUs" in reason for reason in r.incomplete_reasons)
     first_day_busy = sum(t["busy"] for t in fleet.truth.gpu.values()) - sum(d.busy_gpu_hours * 3600 for d in r.daily)
     assert first_day_busy > 0  # the day outside the data is missing, not averaged over
+
+
+def test_a_tariff_costs_the_same_from_prometheus_and_the_embedded_history(
+    prom: PrometheusServer, embedded: WeekData, fleet: Fleet
+) -> None:
+    """Energy read hour by hour (one range query) and priced by the hour of a tariff."""
+    night = TariffWindow(start_hour=0, end_hour=6, price_per_kwh=0.05)
+    day = TariffWindow(start_hour=8, end_hour=20, weekdays=[0, 1, 2, 3, 4], price_per_kwh=0.60)
+    cost = CostModel(energy_price_per_kwh=0.20, pue=1.25, tariff=[night, day])
+    w = iso_week(WEEK)
+    hourly = PrometheusSource(PrometheusSettings(url=prom.url), hourly_energy=True).week(w)
+    a, b = build(hourly, cost), build(embedded, cost)
+    truth = sum(joules / 3.6e6 * 1.25 * cost.price_at(w.start + 60 * k + 1, w.timezone)
+                for rows in fleet.minutes.values() for k, (*_, joules) in enumerate(rows))  # fmt: skip
+    assert a.fleet.energy_cost == pytest.approx(truth, rel=1e-9)
+    assert b.fleet.energy_cost == pytest.approx(truth, rel=1e-9)
+    flat = build(embedded, CostModel(energy_price_per_kwh=0.20, pue=1.25)).fleet.energy_cost
+    assert a.fleet.energy_cost > 1.2 * flat  # weekday daytime load at the peak price

@@ -5,14 +5,13 @@ from __future__ import annotations
 import base64
 import gzip
 import ssl
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import bcrypt
 import pytest
-from conftest import http_get, make_sampler, parse_metrics, require_binary, step
+from conftest import http_get, make_cert, make_sampler, parse_metrics, step
 
 from exporter.collector import Exposition
 from exporter.readers.fake import FakeReader
@@ -125,35 +124,6 @@ def test_basic_auth_with_bcrypt_hashes() -> None:
         assert http_get(srv.url + "/healthz")[0] == 200  # probes need no credentials
     finally:
         srv.shutdown()
-
-
-def make_cert(tmp: Path) -> tuple[Path, Path]:
-    openssl = require_binary("openssl")
-    cert, key = tmp / "cert.pem", tmp / "key.pem"
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
 
 
 def test_tls(tmp_path: Path) -> None:

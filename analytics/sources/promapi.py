@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 import threading
 import time
 from collections.abc import Sequence
@@ -56,7 +57,7 @@ class PromAPI:
         auth = None
         if s.username is not None and s.password is not None:
             auth = httpx.BasicAuth(s.username, s.password.get_secret_value())
-        verify: bool | str = str(s.ca_file) if s.ca_file else s.verify_tls
+        verify: bool | ssl.SSLContext = ssl.create_default_context(cafile=str(s.ca_file)) if s.ca_file else s.verify_tls
         self.http = httpx.Client(base_url=s.url, headers=headers, auth=auth, verify=verify, timeout=s.timeout,
                                  transport=transport)  # fmt: skip
         self.queries = 0

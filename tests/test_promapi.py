@@ -1,0 +1,100 @@
+"""The Prometheus client's connection settings against a real Prometheus serving HTTPS with basic
+auth (its own web config), and the bearer token as a header."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import bcrypt
+import httpx
+import pytest
+from conftest import free_port, make_cert, require_binary, wait_until
+
+from analytics.config import PrometheusSettings
+from analytics.sources import SourceUnavailable
+from analytics.sources.promapi import PromAPI, QueryError
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A Prometheus on HTTPS (self-signed) with user ``reports`` / ``s3cret``."""
+    binary = require_binary("prometheus")
+    tmp = tmp_path_factory.mktemp("secure")
+    cert, key = make_cert(tmp)
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    (tmp / "web.yml").write_text(
+        f"tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\nbasic_auth_users:\n  reports: '{hashed}'\n"
+    )
+    (tmp / "prometheus.yml").write_text("global: {}\n")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={tmp / 'web.yml'}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"https://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        ctx = ssl.create_default_context(cafile=str(cert))
+        try:
+            return httpx.get(url + "/-/ready", verify=ctx, auth=("reports", "s3cret"), timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        assert wait_until(ready, 30), "prometheus did not start"
+        yield url, cert
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def _api(url: str, **kw: object) -> PromAPI:
+    return PromAPI(PrometheusSettings(url=url, retries=0, timeout=5, **kw))
+
+
+def test_https_with_basic_auth_and_a_ca_file(secure: tuple[str, Path]) -> None:
+    url, cert = secure
+    [series] = _api(url, username="reports", password="s3cret", ca_file=cert).query("vector(7)", time.time())
+    assert series.value == 7.0
+    # verify_tls = false: the self-signed certificate is accepted without its CA
+    assert _api(url, username="reports", password="s3cret", verify_tls=False).query("vector(1)", time.time())
+
+
+def test_refusals_are_clear(secure: tuple[str, Path]) -> None:
+    url, cert = secure
+    with pytest.raises(QueryError, match="401"):  # wrong password: refused, not retried
+        _api(url, username="reports", password="wrong", ca_file=cert).query("vector(1)", time.time())
+    with pytest.raises(SourceUnavailable, match="CERTIFICATE_VERIFY_FAILED"):  # no CA: the certificate fails
+        _api(url, username="reports", password="s3cret").query("vector(1)", time.time())
+
+
+def test_bearer_token_from_settings_or_file(tmp_path: Path) -> None:
+    seen: list[str | None] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("Authorization"))
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+
+    (tmp_path / "token").write_text("from-file\n")
+    for kw in ({"bearer_token": "abc"}, {"bearer_token_file": tmp_path / "token"}):
+        s = PrometheusSettings(url="http://prometheus.invalid", **kw)
+        PromAPI(s, transport=httpx.MockTransport(server)).query("up", 0)
+    assert seen == ["Bearer abc", "Bearer from-file"]
+
+
+def test_long_queries_are_posted(tmp_path: Path) -> None:
+    methods: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        methods.append(request.method)
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+
+    api = PromAPI(PrometheusSettings(url="http://prometheus.invalid"), transport=httpx.MockTransport(server))
+    api.query("up", 0)
+    api.query('up{uuid=~"' + "|".join(f"GPU-{i:036d}" for i in range(1024)) + '"}', 0)
+    assert methods == ["GET", "POST"]

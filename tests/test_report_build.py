@@ -1,0 +1,83 @@
+"""The report builder's judgements: benchmark drift, week-over-week deltas, unpriced GPUs, cloud
+prices, the time-of-day tariff, and users and jobs charged for what they held."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytics.cost import CostModel, PriceRule, TariffWindow
+from analytics.data import BenchWeek, GpuWeek, JobWeek, QueueWeek, WeekData, iso_week
+from analytics.report.build import build
+from exporter.jobs import JobKey
+
+WEEK = iso_week("2026-W48")
+HOUR = 3600.0
+
+
+def _gpu(uuid: str = "GPU-a", host: str = "n1", model: str = "NVIDIA H200", busy_h: float = 84.0,
+         energy_kwh: float = 50.0, by_hour: tuple[float, ...] | None = None) -> GpuWeek:  # fmt: skip
+    return GpuWeek(uuid, host, model, "0", 168 * HOUR, busy_h * HOUR, None, 100 * HOUR, 10 * HOUR,
+                   energy_kwh * 3.6e6, energy_by_hour=by_hour)  # fmt: skip
+
+
+def test_benchmark_drops_over_ten_percent_are_flagged() -> None:
+    now = BenchWeek(busbw={2: 80e9, 8: 150e9}, speedup={8: 6.9}, efficiency={8: 6.9 / 8})
+    before = BenchWeek(busbw={2: 84e9, 8: 170e9}, speedup={8: 7.0}, efficiency={8: 7.0 / 8})
+    r = build(WeekData(WEEK, "t", (_gpu(),), bench=now), CostModel(),
+              previous=WeekData(WEEK.previous(), "t", (_gpu(),), bench=before))  # fmt: skip
+    rows = {(b.metric, b.world_size): b for b in r.benchmarks}
+    big = rows[("allreduce_busbw_bytes_per_second", 8)]
+    assert big.change == pytest.approx(150 / 170 - 1) and big.dropped  # -11.8 %
+    small = rows[("allreduce_busbw_bytes_per_second", 2)]
+    assert small.change == pytest.approx(80 / 84 - 1) and not small.dropped  # -4.8 %
+    assert not rows[("train_speedup", 8)].dropped
+
+
+def test_week_over_week_deltas() -> None:
+    queue = (QueueWeek("gpu", "exact", 10, 60.0, 30.0, 600.0, 900.0, False, 1.0),)
+    r = build(WeekData(WEEK, "t", (_gpu(busy_h=84),), queue=queue), CostModel(),
+              previous=WeekData(WEEK.previous(), "t", (_gpu(busy_h=42),), queue=queue))  # fmt: skip
+    d = {x.figure: x for x in r.deltas}
+    assert d["utilisation"].value == pytest.approx(0.5) and d["utilisation"].change == pytest.approx(1.0)
+    assert d["idle cost"].change is not None and d["idle cost"].change < 0  # more useful hours, less idle
+    assert d["worst queue-wait p95 (s)"].change == 0.0
+    first = build(WeekData(WEEK, "t", (_gpu(),)), CostModel())
+    assert all(x.previous is None and x.change is None for x in first.deltas)
+
+
+def test_a_gpu_no_rule_prices_makes_the_report_incomplete() -> None:
+    cost = CostModel(rules=[PriceRule(match_model="A100", purchase_price=10000)])
+    r = build(WeekData(WEEK, "t", (_gpu(), _gpu("GPU-b", model="NVIDIA A100 80GB"))), cost)
+    assert not r.complete and r.incomplete_reasons == ["no price for NVIDIA H200 on n1"]
+    assert [(p.model, p.gpus) for p in r.prices] == [("NVIDIA A100 80GB", 1)] and not r.example_prices
+
+
+def test_cloud_prices_per_node_hour_with_energy_included() -> None:
+    cost = CostModel(rules=[PriceRule(match_host="cloud-*", kind="cloud", price_per_node_hour=32.0,
+                                      energy_included=True)])  # fmt: skip
+    r = build(WeekData(WEEK, "t", (_gpu(host="cloud-7"),)), cost)
+    assert r.fleet.hardware_cost == pytest.approx(168 * 32.0 / 8) and r.fleet.energy_cost == 0.0
+    assert r.fleet.idle_cost == pytest.approx((168 - 84) * 4.0)
+    assert r.rent_vs_buy == []  # rent vs buy is for owned GPUs
+
+
+def test_a_tariff_charges_each_hour_its_price() -> None:
+    # 1 kWh in every hour; weekdays 08-20 cost 0.40, the rest 0.10 (2026-W48 in UTC)
+    hours = tuple([3.6e6] * 168)
+    day = TariffWindow(start_hour=8, end_hour=20, weekdays=[0, 1, 2, 3, 4], price_per_kwh=0.40)
+    cost = CostModel(energy_price_per_kwh=0.10, pue=1.0, tariff=[day])
+    r = build(WeekData(WEEK, "t", (_gpu(energy_kwh=168, by_hour=hours),)), cost)
+    assert r.fleet.energy_cost == pytest.approx(5 * 12 * 0.40 + (168 - 60) * 0.10)
+
+
+def test_users_and_jobs_pay_for_the_hours_they_held() -> None:
+    rule = PriceRule(purchase_price=8760 * 4, depreciation_years=4)  # 1.00 per hour
+    g = _gpu(energy_kwh=100)
+    jobs = (JobWeek("GPU-a", "n1", JobKey("42", "alice"), 10 * HOUR, 6 * HOUR, 20 * 3.6e6),
+            JobWeek("GPU-a", "n1", JobKey("43", "bob"), 5 * HOUR, 5 * HOUR, 10 * 3.6e6))  # fmt: skip
+    r = build(WeekData(WEEK, "t", (g,), jobs=jobs), CostModel(pue=1.0, energy_price_per_kwh=0.5, rules=[rule]))
+    alice = next(x for x in r.group("user") if x.key == "alice")
+    assert alice.hardware_cost == pytest.approx(10.0) and alice.energy_cost == pytest.approx(20 * 0.5)
+    assert alice.idle_cost == pytest.approx(4.0)  # held 10 h, busy 6 h
+    assert [x.key for x in r.group("job")] == ["42", "43"]
+    assert sum(x.total_cost for x in r.group("user")) < r.fleet.total_cost  # the rest of the week nobody held it
