@@ -1,0 +1,130 @@
+"""Series the synthetic fleet's OpenMetrics (analytics.synthetic_om) does not write, for the
+dashboard test: health events, PCIe, job identities, the Slurm watcher's gauges and histogram, and
+every benchmark figure, at the same times and for the same fleet, so each panel has data."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import IO
+
+from analytics import synthetic
+from analytics.synthetic import Fleet
+from exporter.slurm.watcher import WAIT_BUCKETS
+
+
+# --- what the synthetic OpenMetrics lacks: health events, job identities, queue, benchmarks ---------
+def _series(out: IO[str], name: str, labels: dict[str, str], points: Iterator[tuple[float, float]]) -> None:
+    lab = "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+    for t, v in points:
+        out.write(f"{name}{lab} {v:.12g} {t:.0f}\n")
+
+
+def write_extras(f: Fleet, out: IO[str], step: int = 60) -> None:
+    """More series of the same fleet and times as ``synthetic_om.write``: what the exporter serves
+    besides utilisation (health, PCIe, job identities, the Slurm watcher's gauges, every benchmark
+    figure), so each panel has something to show."""
+    w = f.window
+    times = [w.start + k * step for k in range(-1, int(w.seconds // step) + 2)]
+    job = "gpuledger"
+    for n, (host, dev) in enumerate(f.devices):
+        base = {"instance": f"{host}:10044", "job": job, "gpu": str(dev.index), "uuid": dev.uuid}
+        for direction, rate in (("tx", 2e9), ("rx", 5e8)):
+            _series(out, "gpuledger_gpu_pcie_throughput_bytes_per_second", {**base, "direction": direction},
+                    ((t, rate * (1 + 0.1 * math.sin(t / 600))) for t in times))  # fmt: skip
+        for cause, rows in (("correctable", n % 2), ("uncorrectable", 0)):
+            _series(out, "gpuledger_gpu_remapped_rows", {**base, "cause": cause}, ((t, rows) for t in times))
+        _series(out, "gpuledger_gpu_row_remap_pending", base, ((t, 0.0) for t in times))
+        _series(out, "gpuledger_gpu_row_remap_failed", base, ((t, 0.0) for t in times))
+        if n == 1:  # one GPU had two XID 79 events (fell off the bus) this day
+            first, second = times[len(times) // 3], times[2 * len(times) // 3]
+            _series(out, "gpuledger_gpu_xid_errors_total", {**base, "xid": "79"},
+                    ((t, 1.0 if t < second else 2.0) for t in times if t >= first))  # fmt: skip
+        for key, a, b in f.job_minutes.get(dev.uuid, []):
+            labels = {**base, "job_id": key.job_id, "user": key.user, "pod": "", "namespace": "", "container": ""}
+            _series(out, "gpuledger_gpu_job_info", labels,
+                    ((t, 1.0) for t in times if w.start + a * step <= t < w.start + b * step))  # fmt: skip
+    for i, host in enumerate(sorted({h for h, _ in f.devices})):
+        node = {"instance": f"{host}:10044", "job": job}
+        _series(out, "gpuledger_reader_errors_total", {**node, "call": "pcie_throughput"},
+                ((t, float(k // 240 + i)) for k, t in enumerate(times)))  # fmt: skip
+        _series(out, "gpuledger_history_rows_written_total", node, ((t, 2.0 * k) for k, t in enumerate(times)))
+        _series(out, "gpuledger_history_write_errors_total", node, ((t, 0.0) for t in times))
+    _queue(f, out, times, job)
+    _bench(f, out, times, job)
+
+
+def _queue(f: Fleet, out: IO[str], times: list[float], job: str) -> None:
+    base = {"instance": "slurm-watcher:10044", "job": job}
+    for source in ("squeue", "sacct"):
+        _series(out, "gpuledger_queue_source_up", {**base, "source": source}, ((t, 1.0) for t in times))
+    for p in sorted({j.partition for j in f.jobs}):
+        jobs = [j for j in f.jobs if j.partition == p]
+        lab = {**base, "partition": p}
+
+        def pending(t: float, jobs: list[synthetic.Job] = jobs) -> list[float]:
+            return [j.submit for j in jobs if j.submit <= t < (j.start if j.start is not None else j.end)]
+
+        _series(out, "gpuledger_queue_pending_jobs", lab, ((t, float(len(pending(t)))) for t in times))
+        _series(out, "gpuledger_queue_oldest_pending_seconds", lab,
+                ((t, max((t - s for s in pending(t)), default=0.0)) for t in times))  # fmt: skip
+        _series(
+            out,
+            "gpuledger_queue_running_jobs",
+            lab,
+            ((t, float(sum(1 for j in jobs if j.start is not None and j.start <= t < j.end))) for t in times),
+        )
+        # eligible wait: the submit-to-start wait less a hold of a fifth of it
+        waits = sorted((j.start, 0.8 * (j.start - j.submit)) for j in jobs if j.start is not None)
+        for le in (*WAIT_BUCKETS, math.inf):
+            under = [s for s, wt in waits if wt <= le]
+            _series(out, "gpuledger_queue_eligible_wait_seconds_bucket",
+                    {**lab, "le": "+Inf" if le == math.inf else f"{le:g}"},
+                    ((t, float(sum(1 for s in under if s <= t))) for t in times))  # fmt: skip
+        _series(out, "gpuledger_queue_eligible_wait_seconds_count", lab,
+                ((t, float(sum(1 for s, _ in waits if s <= t))) for t in times))  # fmt: skip
+        _series(out, "gpuledger_queue_eligible_wait_seconds_sum", lab,
+                ((t, sum(wt for s, wt in waits if s <= t)) for t in times))  # fmt: skip
+
+
+def _bench(f: Fleet, out: IO[str], times: list[float], job: str) -> None:
+    """Every benchmark figure after each nightly round of the synthetic fleet (8 GPUs, nccl)."""
+    rounds = sorted({r.finished for r in f.bench if r.bench == "allreduce"})
+    assert rounds, "the synthetic day has no benchmark round"
+    node = {"instance": "gpu-node-01:10044", "job": job}
+
+    def after(value: float) -> Iterator[tuple[float, float]]:
+        return ((t, value * (1 + 0.01 * sum(1 for r in rounds if r <= t))) for t in times if t >= rounds[0])
+
+    ar = {**node, "backend": "nccl", "world_size": "8"}
+    for k in range(11):  # 1 MiB .. 1 GiB: bandwidth climbs with the size
+        size = 1 << (20 + k)
+        busbw = 170e9 * size / (size + (64 << 20))
+        _series(out, "gpuledger_bench_allreduce_busbw_bytes_per_second", {**ar, "size_bytes": str(size)}, after(busbw))
+        _series(out, "gpuledger_bench_allreduce_algbw_bytes_per_second", {**ar, "size_bytes": str(size)},
+                after(busbw / 1.75))  # fmt: skip
+    _series(out, "gpuledger_bench_allreduce_average_busbw_bytes_per_second", ar, after(95e9))
+    _series(out, "gpuledger_bench_allreduce_wrong_elements", ar, after(0.0))
+    speed = {1: 1.0, 2: 1.92, 4: 3.61, 8: 6.55}
+    for n, s in speed.items():
+        tr = {**node, "model": "encoder-8x1024", "world_size": str(n)}
+        _series(out, "gpuledger_bench_train_step_seconds", tr, after(0.105 * n / s))
+        _series(out, "gpuledger_bench_train_mfu_ratio", tr, after(0.42 * s / n))
+        _series(out, "gpuledger_bench_train_allreduce_share_ratio", tr, after(0.0 if n == 1 else 1 - s / n))
+        for overlap, extra in (("none", 0.85), ("full", 0.97)):
+            _series(out, "gpuledger_bench_train_predicted_speedup_ratio", {**tr, "overlap": overlap},
+                    after(1.0 if n == 1 else n * extra))  # fmt: skip
+    _series(out, "gpuledger_bench_matmul_flops_per_second", {**node, "dtype": "bf16"}, after(659e12))
+    for kind, bw in (("d2d", 3.9e12), ("h2d", 5.5e10), ("d2h", 5.3e10)):
+        _series(out, "gpuledger_bench_memcpy_bytes_per_second", {**node, "kind": kind}, after(bw))
+    for bench in ("allreduce", "train", "matmul", "memcpy"):
+        _series(out, "gpuledger_bench_duration_seconds", {**node, "bench": bench}, after(12.0))
+        for result in ("ok", "failed", "timeout", "skipped_busy"):
+            lab = {**node, "bench": bench, "result": result}
+            happened = {"ok": [] if bench == "memcpy" else rounds, "failed": rounds if bench == "memcpy" else [],
+                        "timeout": [], "skipped_busy": [r - 3600 for r in rounds]}[result]  # fmt: skip
+            _series(out, "gpuledger_bench_runs_total", lab,
+                    ((t, float(sum(1 for r in happened if r <= t))) for t in times))  # fmt: skip
+            if happened:
+                _series(out, "gpuledger_bench_last_run_timestamp_seconds", lab,
+                        ((t, max(r for r in happened if r <= t)) for t in times if t >= happened[0]))  # fmt: skip

@@ -1,0 +1,405 @@
+"""The Grafana dashboards: the checked-in JSON is what grafana/generate.py writes, the layout and
+variables are sound, the provisioning points at them, the docs describe every panel, and every
+panel and variable query runs for real against a Prometheus that scraped a replay exporter and the
+analytics daemon and holds a backfilled synthetic day (jobs, queue, benchmarks, health events)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, ExporterProcess, free_port, http_get, wait_until
+from dashboard_fixtures import write_extras
+from promserver import PrometheusServer
+
+from analytics import synthetic, synthetic_om
+from analytics.data import Window, last_full_week
+from analytics.metrics import families
+from exporter.metrics import METRICS
+
+if str(REPO) not in sys.path:  # grafana/ is no installed package
+    sys.path.insert(0, str(REPO))
+
+from grafana import docs, generate
+from grafana.panels import DATASOURCE_UID
+
+Json = dict[str, Any]
+DASHBOARDS: dict[str, Json] = {d.uid: d.to_json() for d in generate.dashboards()}
+PROVISIONING = REPO / "grafana" / "provisioning"
+DATASOURCE = yaml.safe_load((PROVISIONING / "datasources" / "gpuledger.yml").read_text())["datasources"][0]
+
+# the issue's dashboards and the panels each must have (by title)
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "gpuledger-fleet": ("Utilisation", "SM activity", "Utilisation per GPU", "SM activity per GPU", "Power",
+                        "Energy", "Idle GPUs", "Allocated but idle", "Cost per hour now (${currency})",
+                        "Idle cost per hour now (${currency})"),
+    "gpuledger-gpu": ("GPU up", "XID errors", "ECC errors", "Clock-event (throttle) reasons", "Compute processes",
+                      "Jobs on the GPU now", "Per-job held, busy and energy"),
+    "gpuledger-weekly": ("Cost per useful GPU-hour (${currency})", "Idle cost (${currency})",
+                         "Week-over-week change", "Utilisation"),
+    "gpuledger-bench": ("Bandwidth by message size (latest sweep)", "Bus bandwidth over time",
+                        "Speedup against the ideal", "Scaling efficiency by world size", "Failed or timed-out runs",
+                        "Skipped: GPUs busy"),
+    "gpuledger-queue": ("Pending jobs", "Pending GPUs", "Wait p50 and p95", "Failed share", "Jobs ended by state",
+                        "Top users holding idle GPUs"),
+}  # fmt: skip
+NUMERIC = {"timeseries", "stat", "gauge", "bargauge", "barchart"}
+
+
+def panels(d: Json) -> Iterator[Json]:
+    for p in d["panels"]:
+        if p["type"] != "row":
+            yield p
+
+
+def exprs(d: Json) -> Iterator[str]:
+    for p in panels(d):
+        for t in p["targets"]:
+            yield t["expr"]
+
+
+# --- generated files -------------------------------------------------------------------------------
+def test_checked_in_json_is_what_the_generator_writes() -> None:
+    rendered = generate.render()
+    on_disk = {p.name: p.read_text() for p in (REPO / "grafana" / "dashboards").glob("*.json")}
+    assert on_disk.keys() == rendered.keys(), "run: python grafana/generate.py"
+    stale = [name for name, text in rendered.items() if on_disk[name] != text]
+    assert not stale, f"stale dashboards {stale}: run python grafana/generate.py"
+
+
+def test_docs_are_generated_and_name_every_panel() -> None:
+    text = (REPO / "docs" / "dashboards.md").read_text()
+    assert text == docs.render(generate.dashboards()), "docs/dashboards.md is stale: run python grafana/generate.py"
+    for d in DASHBOARDS.values():
+        assert d["title"] in text
+        for p in d["panels"]:
+            assert p["title"] in text, p["title"]
+
+
+# --- structure --------------------------------------------------------------------------------------
+def test_every_required_dashboard_and_panel_exists() -> None:
+    for uid, titles in REQUIRED.items():
+        assert uid in DASHBOARDS, uid
+        have = {p["title"] for p in panels(DASHBOARDS[uid])}
+        assert not set(titles) - have, (uid, set(titles) - have)
+
+
+def test_gpu_detail_shows_every_per_gpu_series() -> None:
+    text = " ".join(exprs(DASHBOARDS["gpuledger-gpu"]))
+    missing = [m.name for m in METRICS if m.per_gpu and not re.search(rf"\b{m.name}\b", text)]
+    assert not missing, missing
+
+
+def test_every_analytics_series_is_on_a_dashboard() -> None:
+    text = " ".join(e for d in DASHBOARDS.values() for e in exprs(d))
+    missing = [f.name for f in families() if not re.search(rf"\b{f.name}\b", text)]
+    assert not missing, missing
+
+
+def test_ids_and_layout() -> None:
+    titles = {d["title"] for d in DASHBOARDS.values()}
+    assert len(DASHBOARDS) == len({d["uid"] for d in DASHBOARDS.values()}) == len(titles) == len(generate.MODULES)
+    for uid, d in DASHBOARDS.items():
+        ids = [p["id"] for p in d["panels"]]
+        assert len(ids) == len(set(ids)), uid
+        boxes: list[tuple[str, Json]] = []
+        for p in d["panels"]:
+            g = p["gridPos"]
+            assert g["w"] > 0 and g["h"] > 0 and g["x"] >= 0 and g["y"] >= 0 and g["x"] + g["w"] <= 24, (uid, p)
+            for other, o in boxes:
+                apart = g["x"] >= o["x"] + o["w"] or o["x"] >= g["x"] + g["w"] or g["y"] >= o["y"] + o["h"]
+                overlap = not apart and o["y"] < g["y"] + g["h"]
+                assert not overlap, (uid, p["title"], other)
+            boxes.append((p["title"], g))
+
+
+def test_panels_use_the_datasource_variable_units_and_thresholds() -> None:
+    ds = {"type": "prometheus", "uid": "${datasource}"}
+    for uid, d in DASHBOARDS.items():
+        for p in panels(d):
+            where = (uid, p["title"])
+            assert p["type"] in NUMERIC | {"table", "heatmap", "state-timeline"}, where  # no graph/singlestat
+            assert p["datasource"] == ds and all(t["datasource"] == ds for t in p["targets"]), where
+            assert p["description"] and p["targets"], where
+            defaults = p["fieldConfig"]["defaults"]
+            if p["type"] in NUMERIC:
+                assert defaults.get("unit") not in (None, ""), where
+            if p["type"] == "heatmap":
+                assert p["options"]["yAxis"]["unit"], where
+            if p["type"] == "table":
+                shown = [n for n in _included(p) if n.startswith("Value")]
+                renamed = _renames(p)
+                with_unit = {
+                    o["matcher"]["options"] for o in p["fieldConfig"]["overrides"]
+                    if any(x["id"] == "unit" for x in o["properties"])
+                }  # fmt: skip
+                assert {renamed.get(n, n) for n in shown} <= with_unit, where
+            steps = defaults.get("thresholds", {}).get("steps", [])
+            if p["type"] != "heatmap":
+                assert steps and steps[0]["value"] is None, where
+                values = [s["value"] for s in steps[1:]]
+                assert values == sorted(values), where
+            if defaults.get("unit") == "percentunit" and p["type"] in ("stat", "gauge"):
+                assert len(steps) > 1 or defaults.get("mappings"), ("a share without thresholds", where)
+
+
+def _included(p: Json) -> list[str]:
+    for t in p.get("transformations", []):
+        if t["id"] == "filterFieldsByName":
+            names: list[str] = t["options"]["include"]["names"]
+            return names
+    return []
+
+
+def _renames(p: Json) -> dict[str, str]:
+    for t in p.get("transformations", []):
+        if t["id"] == "organize":
+            names: dict[str, str] = t["options"]["renameByName"]
+            return names
+    return {}
+
+
+def test_template_variables() -> None:
+    for uid, d in DASHBOARDS.items():
+        variables = {v["name"]: v for v in d["templating"]["list"]}
+        assert {"datasource", "job", "hostname", "gpu"} <= variables.keys(), uid
+        ds = variables["datasource"]
+        assert ds["type"] == "datasource" and ds["query"] == "prometheus", uid
+        assert ds["current"]["value"] == DATASOURCE["uid"] == DATASOURCE_UID, uid
+        for v in variables.values():
+            if v["type"] == "query":
+                assert v["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, (uid, v["name"])
+                assert re.fullmatch(r"label_values\(.+, \w+\)", v["query"]), (uid, v["name"])
+        used = " ".join(exprs(d)) + " ".join(v.get("query", "") for v in variables.values() if v["type"] == "query")
+        for name in variables.keys() - {"datasource", "currency"}:  # currency: for titles only
+            assert f"${name}" in used, (uid, name, "variable not used by any query")
+
+
+# --- provisioning -----------------------------------------------------------------------------------
+def test_provisioning() -> None:
+    assert DATASOURCE["type"] == "prometheus" and DATASOURCE["uid"] == DATASOURCE_UID
+    assert DATASOURCE["access"] == "proxy" and DATASOURCE["url"].startswith("http")
+    assert DATASOURCE["jsonData"]["timeInterval"] == "15s"
+    provider = yaml.safe_load((PROVISIONING / "dashboards" / "gpuledger.yml").read_text())["providers"][0]
+    assert provider["type"] == "file" and provider["folder"] == "gpuledger"
+    assert provider["options"]["path"] == "/var/lib/grafana/dashboards/gpuledger"
+
+
+# --- every query, for real --------------------------------------------------------------------------
+SCRAPE_S = 15.0  # the datasource's timeInterval: what Grafana assumes for $__rate_interval
+RANGE_S = 86400.0  # the dashboards are viewed over the last 24 hours
+PX_PER_COLUMN = 75  # maxDataPoints: Grafana uses the panel's width in pixels
+# Grafana's kbn.roundInterval, in seconds: (below, rounded to)
+ROUND = ((1.5, 1), (3.5, 2), (7.5, 5), (12.5, 10), (17.5, 15), (25, 20), (45, 30), (90, 60), (210, 120),
+         (450, 300), (900, 600), (1200, 900), (2700, 1200), (5400, 1800), (9000, 3600), (16200, 7200),
+         (32400, 10800), (86400, 21600))  # fmt: skip
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def round_interval(seconds: float) -> float:
+    return next((float(to) for below, to in ROUND if seconds < below), 86400.0)
+
+
+def seconds(text: str) -> float:
+    return float(text[:-1]) * UNITS[text[-1]]
+
+
+def builtins(panel: Json) -> dict[str, str]:
+    """Grafana's built-in variables for a panel viewed over the last RANGE_S seconds."""
+    minimum = seconds(panel["interval"]) if panel.get("interval") else SCRAPE_S
+    interval = max(round_interval(RANGE_S / (panel["gridPos"]["w"] * PX_PER_COLUMN)), minimum)
+    rate = max(interval + SCRAPE_S, 4 * SCRAPE_S)
+    return {"__interval": f"{interval:.0f}s", "__interval_ms": f"{interval * 1000:.0f}",
+            "__rate_interval": f"{rate:.0f}s", "__range": f"{RANGE_S:.0f}s", "__range_s": f"{RANGE_S:.0f}",
+            "__range_ms": f"{RANGE_S * 1000:.0f}"}  # fmt: skip
+
+
+VAR = re.compile(r"\$\{([A-Za-z_]\w*)(?::\w+)?\}|\$([A-Za-z_]\w*)|\[\[([A-Za-z_]\w*)\]\]")  # not $1
+
+
+def substitute(text: str, values: dict[str, str]) -> str:
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2) or m.group(3)
+        if name not in values:
+            raise AssertionError(f"unknown variable ${name} in {text}")
+        return values[name]
+
+    return VAR.sub(one, text)
+
+
+def regex_value(chosen: list[str], all_value: str | None, everything: bool) -> str:
+    """How Grafana's Prometheus datasource writes a multi-value variable into a query."""
+    if everything and all_value is not None:
+        return all_value
+    escaped = [re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\\\1", v) for v in chosen]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+
+@dataclass
+class Run:
+    where: str
+    expr: str
+    instant: bool
+    step: float
+
+
+@dataclass
+class Stack:
+    prom: PrometheusServer
+    end: float
+
+
+def variable_values(
+    prom: PrometheusServer, d: Json, fixed: dict[str, str], end: float
+) -> tuple[dict[str, str], list[str]]:
+    """Evaluate the dashboard's variables in order as Grafana would (All for multi-value ones that
+    have it, every value as an alternation for the others, the first value of single-value ones)."""
+    values = {"datasource": DATASOURCE_UID, **fixed}
+    failures = []
+    for v in d["templating"]["list"]:
+        if v["type"] == "datasource" or v["name"] in fixed:
+            continue
+        if v["type"] == "custom":
+            values[v["name"]] = v["current"]["value"]
+            continue
+        m = re.fullmatch(r"label_values\((.+), (\w+)\)", v["query"])
+        assert m, v["query"]
+        selector = substitute(m.group(1), values)
+        answer = prom.api(f"label/{m.group(2)}/values",
+                          {"match[]": selector, "start": f"{end - RANGE_S:.0f}", "end": f"{end:.0f}"})  # fmt: skip
+        found = sorted(answer.get("data") or [])
+        if answer["status"] != "success" or not found:
+            failures.append(f"{d['uid']} variable {v['name']}: {selector} -> {answer.get('error') or 'no values'}")
+            found = ["none"]
+        if v["multi"]:
+            values[v["name"]] = regex_value(found, v.get("allValue"), v["includeAll"])
+        else:
+            values[v["name"]] = found[0]
+    return values, failures
+
+
+def dashboard_runs(d: Json, values: dict[str, str], label: str) -> Iterator[Run]:
+    for p in panels(d):
+        b = builtins(p)
+        for t in p["targets"]:
+            expr = substitute(t["expr"], {**values, **b})
+            where = f"{label} / {p['title']} / {t['refId']}"
+            yield Run(where, expr, t["instant"], seconds(b["__interval"]))
+            if "or vector(0)" in expr:  # the fallback must not hide a query that never matches
+                yield Run(where + " (without 'or vector(0)')", expr.replace(" or vector(0)", ""), t["instant"],
+                          seconds(b["__interval"]))  # fmt: skip
+
+
+def run(prom: PrometheusServer, r: Run, end: float) -> str | None:
+    """None when the query answered with at least one series, else why not."""
+    if r.instant:
+        answer = prom.api("query", {"query": r.expr, "time": f"{end:.3f}"})
+    else:
+        params = {"query": r.expr, "start": f"{end - RANGE_S:.3f}", "end": f"{end:.3f}", "step": f"{r.step:.0f}"}
+        answer = prom.api("query_range", params)
+    if answer["status"] != "success":
+        return f"error: {answer.get('error')}"
+    if not answer["data"]["result"]:
+        return "no series"
+    return None
+
+
+def test_every_query_returns_data(live: Stack) -> None:
+    started = time.monotonic()
+    failures: list[str] = []
+    count = 0
+    for d in DASHBOARDS.values():
+        custom = [v for v in d["templating"]["list"] if v["type"] == "custom"]
+        variants = [{}] if not custom else [{custom[0]["name"]: o["value"]} for o in custom[0]["options"]]
+        for fixed in variants:
+            values, bad = variable_values(live.prom, d, fixed, live.end)
+            failures += bad
+            count += sum(1 for v in d["templating"]["list"] if v["type"] == "query")
+            label = d["uid"] + "".join(f" [{k}={v}]" for k, v in fixed.items())
+            for r in dashboard_runs(d, values, label):
+                count += 1
+                why = run(live.prom, r, live.end)
+                if why:
+                    failures.append(f"{r.where}: {why}\n    {r.expr}")
+    print(f"{count} queries run in {time.monotonic() - started:.1f} s, {len(failures)} failed")
+    assert not failures, "\n".join(failures)
+
+
+# --- the stack: a synthetic day backfilled, a replay exporter and the analytics daemon scraped -----
+GPUS_LIVE = 3
+LIVE = 'job="gpuledger-exporter"'
+HOSTNAME_LIVE = "gpu-node-01"  # a host of the synthetic fleet, so the analytics daemon prices it
+
+
+def analytics_config(tmp: Path, port: int) -> Path:
+    cfg = tmp / "analytics.toml"
+    cfg.write_text(f"""[analytics]
+source = "embedded"
+history = "{tmp / "history.db"}"
+reports_dir = "{tmp / "reports"}"
+listen = "127.0.0.1:{port}"
+
+[cost]
+currency = "EUR"
+energy_price_per_kwh = 0.2
+pue = 1.4
+rules = [{{match_model = "H200", purchase_price = 30000, depreciation_years = 5, cloud_reference_per_gpu_hour = 3.5}}]
+""")
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("dashboards")
+    now = time.time() // 60 * 60
+    # the analytics daemon's history: from the week before last up to now (week over week exists)
+    weeks = Window(last_full_week(now).start - 7 * 86400, now, "history", "UTC")
+    synthetic.write_history(synthetic.generate(weeks, hosts=2, gpus_per_host=2, seed=3), tmp / "history.db")
+    # the backfill: the same fleet's last day, ending two minutes ago (before any live sample)
+    day = synthetic.generate(Window(now - 180 - RANGE_S, now - 180, "day", "UTC"), hosts=2, gpus_per_host=2, seed=3)
+    om = tmp / "day.om"
+    synthetic_om.write(day, om)
+    text = om.read_text().removesuffix("# EOF\n")
+    with om.open("w") as out:
+        out.write(text)
+        write_extras(day, out)
+        out.write("# EOF\n")
+
+    port = free_port()
+    analytics = subprocess.Popen(
+        [sys.executable, "-m", "gpuledger", "analytics", "--config", str(analytics_config(tmp, port))],
+        stdout=(tmp / "analytics.log").open("w"), stderr=subprocess.STDOUT, cwd=REPO,
+    )  # fmt: skip
+    exporter = ExporterProcess("--reader", "replay", "--replay-gpus", str(GPUS_LIVE), "--replay-speed", "20",
+                               "--sample-interval", "0.5", "--hostname", HOSTNAME_LIVE, "--history",
+                               str(tmp / "exporter.db"))  # fmt: skip
+    prom: PrometheusServer | None = None
+    try:
+        exporter.wait_ready()
+        ready = wait_until(lambda: b'window="rolling_7d"' in http_get(f"http://127.0.0.1:{port}/metrics")[2], 60)
+        assert ready, (tmp / "analytics.log").read_text()
+        prom = PrometheusServer.backfilled(tmp, om, jobs={"gpuledger-exporter": [f"127.0.0.1:{exporter.port}"],
+                                                          "gpuledger-analytics": [f"127.0.0.1:{port}"]})  # fmt: skip
+        server = prom
+
+        def scraped() -> bool:
+            live_ = server.query(f"min(count_over_time(gpuledger_gpu_sampled_seconds_total{{{LIVE}}}[1m]))")
+            reports = server.query("count(gpuledger_report_info)")
+            return bool(live_ and float(live_[0]["value"][1]) >= 6 and reports and reports[0]["value"][1] == "2")
+
+        assert wait_until(scraped, 60, 0.5), "prometheus did not scrape the exporter and the analytics daemon"
+        yield Stack(prom, time.time())
+    finally:
+        if prom is not None:
+            prom.stop()
+        exporter.stop()
+        analytics.terminate()
+        analytics.wait(15)
