@@ -85,7 +85,10 @@ def prometheus_rules(rules_dir: Path = RULES_DIR) -> str:
         raise GenerateError(f"no rule files (*.yml) in {rules_dir}")
     objects = []
     for f in files:
-        data = yaml.safe_load(f.read_text(encoding="utf-8"))
+        try:
+            data = yaml.safe_load(f.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise GenerateError(f"{f}: not YAML: {e}") from None
         if not isinstance(data, dict) or not isinstance(data.get("groups"), list) or not data["groups"]:
             raise GenerateError(f"{f}: not a Prometheus rule file (no groups)")
         if set(data) != {"groups"}:

@@ -1,0 +1,655 @@
+"""The Docker Compose deployment (deploy/compose): both stacks (the GPU one, compose.yaml, and the
+replay one, compose.yaml + compose.replay.yaml) hold five pinned, health-checked services wired to
+each other and to the repository's Prometheus, Alertmanager and Grafana files; Prometheus' targets
+and rule files fit the stack; the scrape job names are the ones the alert rules select, on Compose
+and on Kubernetes; promtool and amtool accept the configs; `docker compose config` too, where a
+Compose client is installed."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+from conftest import require_binary
+from deploy_files import (
+    ALERT_RULES,
+    ALERTMANAGER_CONFIG,
+    COMPOSE_DIR,
+    COMPOSE_FILE,
+    COMPOSE_REPLAY_FILE,
+    DOCKERFILE,
+    GRAFANA_DASHBOARDS,
+    GRAFANA_DATASOURCES_FILE,
+    GRAFANA_PROVIDER_FILE,
+    GRAFANA_PROVISIONING,
+    KUBERNETES_DIR,
+    PROMETHEUS_CONFIG,
+    REPO,
+    RULES_DIR,
+    Override,
+    Reset,
+    compose_merge,
+    has_compose_tags,
+    load_compose,
+    load_yaml,
+    load_yaml_all,
+    yaml_files,
+)
+
+from analytics.config import AnalyticsSettings, FullSettings
+from exporter.config import WebSettings, default_history_path, split_listen
+from gpuledger.cli import build_parser
+
+if str(REPO) not in sys.path:  # grafana/ is no installed package
+    sys.path.insert(0, str(REPO))
+
+from grafana.panels import DATASOURCE_UID
+
+Json = dict[str, Any]
+
+SERVICES = ("exporter", "analytics", "prometheus", "alertmanager", "grafana")
+GPULEDGER_SERVICES = ("exporter", "analytics")
+STACK_FILES: dict[str, tuple[Path, ...]] = {
+    "gpu": (COMPOSE_FILE,),
+    "replay": (COMPOSE_FILE, COMPOSE_REPLAY_FILE),
+}
+HOST_PATHS_ALLOWED = {Path("/etc/passwd")}  # the exporter's user names (GPU stack)
+LOOPBACK = "127.0.0.1"
+
+
+def stack(name: str, env: dict[str, str] | None = None) -> Json:
+    return load_compose(*STACK_FILES[name], env=env)
+
+
+@pytest.fixture(params=list(STACK_FILES))
+def stack_name(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def services(stack_name: str) -> dict[str, Json]:
+    svcs: dict[str, Json] = stack(stack_name)["services"]
+    return svcs
+
+
+# ---- reading the Compose model -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mount:
+    kind: str  # bind | volume | tmpfs
+    source: str | None  # host path as written (bind), volume name (volume), None (anonymous, tmpfs)
+    target: str
+    read_only: bool
+
+    @property
+    def host_path(self) -> Path:
+        """A bind mount's source, relative ones resolved against the compose project folder."""
+        assert self.kind == "bind" and self.source is not None
+        return (COMPOSE_DIR / Path(self.source).expanduser()).resolve()
+
+
+def _is_path(source: str) -> bool:
+    return source.startswith(("/", ".", "~"))
+
+
+def mounts(service: Json) -> list[Mount]:
+    out = []
+    for v in service.get("volumes", []):
+        if isinstance(v, dict):
+            kind = v.get("type", "volume")
+            out.append(Mount(kind, v.get("source"), v["target"], bool(v.get("read_only", False))))
+            continue
+        parts = str(v).split(":")
+        if len(parts) == 1:  # an anonymous volume
+            out.append(Mount("volume", None, parts[0], False))
+            continue
+        source, target, *mode = parts
+        ro = bool(mode) and "ro" in mode[0].split(",")
+        out.append(Mount("bind" if _is_path(source) else "volume", source, target, ro))
+    out += [Mount("tmpfs", None, str(t).split(":")[0], False) for t in _as_list(service.get("tmpfs"))]
+    return out
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def host_path_for(service: Json, container_path: str) -> Path | None:
+    """Where a container path of `service` lives in the repository (through the bind mount with the
+    longest target that contains it); None when no bind mount holds it."""
+    path = PurePosixPath(container_path)
+    holding = [m for m in mounts(service) if path == PurePosixPath(m.target) or PurePosixPath(m.target) in path.parents]
+    if not holding:
+        return None
+    innermost = max(holding, key=lambda m: len(PurePosixPath(m.target).parts))
+    if innermost.kind != "bind":
+        return None
+    return innermost.host_path.joinpath(*path.relative_to(innermost.target).parts)
+
+
+def mount_at(service: Json, target: str) -> Mount | None:
+    hits = [m for m in mounts(service) if PurePosixPath(m.target) == PurePosixPath(target)]
+    assert len(hits) <= 1, f"two mounts at {target}"
+    return hits[0] if hits else None
+
+
+def writable_at(service: Json, path: str) -> bool:
+    """A non-read-only volume, tmpfs or bind mount holds `path`."""
+    p = PurePosixPath(path)
+    return any(
+        (p == PurePosixPath(m.target) or PurePosixPath(m.target) in p.parents) and not m.read_only
+        for m in mounts(service)
+    )
+
+
+@dataclass(frozen=True)
+class Port:
+    host_ip: str | None  # None: every address
+    published: str | None
+    target: int
+
+
+def ports(service: Json) -> list[Port]:
+    out = []
+    for p in service.get("ports", []):
+        if isinstance(p, dict):
+            out.append(Port(p.get("host_ip"), str(p.get("published")), int(p["target"])))
+            continue
+        spec = str(p).split("/")[0]
+        host_ip: str | None = None
+        if spec.startswith("["):  # [v6]:published:target
+            close = spec.index("]")
+            host_ip, spec = spec[1:close], spec[close + 2 :]
+            published, target = spec.split(":")
+        else:
+            parts = spec.split(":")
+            if len(parts) == 3:
+                host_ip, published, target = parts
+            elif len(parts) == 2:
+                published, target = parts
+            else:
+                published, target = "", parts[0]
+        out.append(Port(host_ip or None, published or None, int(target)))
+    return out
+
+
+def container_ports(service: Json) -> set[int]:
+    exposed = {int(str(e).split("/")[0]) for e in service.get("expose", [])}
+    return {p.target for p in ports(service)} | exposed
+
+
+def flag(service: Json, name: str) -> str:
+    """The value of --name=VALUE in a service's command."""
+    values = [str(a).split("=", 1)[1] for a in service.get("command", []) if str(a).startswith(f"--{name}=")]
+    assert len(values) == 1, f"--{name}= given {len(values)} times in {service.get('command')}"
+    return values[0]
+
+
+def dockerfile_entrypoint() -> list[str]:
+    m = re.search(r"^ENTRYPOINT\s+(\[.*\])\s*$", DOCKERFILE.read_text(), re.M)
+    assert m, "Dockerfile: no exec-form ENTRYPOINT"
+    entry: list[str] = json.loads(m[1])
+    return entry
+
+
+def dockerfile_env(name: str) -> str | None:
+    m = re.search(rf"\b{name}=(\S+)", DOCKERFILE.read_text())
+    return m[1] if m else None
+
+
+def gpuledger_args(service: Json) -> Any:
+    """The service's command as the image's `gpuledger` entrypoint parses it."""
+    assert "entrypoint" not in service, "the compose file should use the image's entrypoint"
+    assert dockerfile_entrypoint() == ["gpuledger"]
+    return build_parser().parse_args([str(a) for a in service["command"]])
+
+
+def environment(service: Json) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):
+        env = dict(str(e).partition("=")[::2] for e in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+# ---- the helper itself ---------------------------------------------------------------------------
+
+
+def test_compose_merge_follows_composes_rules() -> None:
+    base = {
+        "services": {
+            "a": {
+                "image": "x:1",
+                "command": ["run", "--one"],
+                "ports": ["1:1"],
+                "volumes": ["v:/data", "./f:/etc/f:ro"],
+                "environment": {"A": "1", "B": "2"},
+                "healthcheck": {"test": ["CMD", "true"], "interval": "5s"},
+                "pid": "host",
+                "deploy": {"resources": {"limits": {"cpus": "1"}}},
+            }
+        }
+    }
+    before = json.dumps(base)
+    over = {
+        "services": {
+            "a": {
+                "command": ["run", "--two"],
+                "ports": ["2:2", "1:1"],
+                "volumes": ["w:/data", "./g:/etc/g"],
+                "environment": ["B=3", "C=4"],
+                "healthcheck": {"test": ["CMD", "false"]},
+                "pid": Reset(None),
+                "deploy": Override({"replicas": 2}),
+                "labels": Override({"l": "1"}),
+            },
+            "b": {"image": "y:2", "volumes": Override(["z:/z"]), "uts": Reset(None)},
+        }
+    }
+    merged = compose_merge(base, over)["services"]
+    assert json.dumps(base) == before, "compose_merge changed its input"
+    a = merged["a"]
+    assert a["image"] == "x:1"
+    assert a["command"] == ["run", "--two"]
+    assert a["ports"] == ["1:1", "2:2"]
+    assert a["volumes"] == ["w:/data", "./f:/etc/f:ro", "./g:/etc/g"]
+    assert a["environment"] == {"A": "1", "B": "3", "C": "4"}
+    assert a["healthcheck"] == {"test": ["CMD", "false"], "interval": "5s"}
+    assert "pid" not in a
+    assert a["deploy"] == {"replicas": 2}
+    assert a["labels"] == {"l": "1"}
+    assert merged["b"] == {"image": "y:2", "volumes": ["z:/z"]}
+    assert not has_compose_tags(merged)
+
+
+def test_the_loader_reads_composes_tags(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("a: !reset null\nb: !reset []\nc: !override {x: 1}\nd: !override [1, two]\ne: !override 5\n")
+    doc = load_yaml(f)
+    assert doc == {
+        "a": Reset(None),
+        "b": Reset([]),
+        "c": Override({"x": 1}),
+        "d": Override([1, "two"]),
+        "e": Override(5),
+    }
+
+
+# ---- every YAML file -----------------------------------------------------------------------------
+
+
+def test_yaml_files_are_all_found() -> None:
+    found = set(yaml_files())
+    for f in (COMPOSE_FILE, COMPOSE_REPLAY_FILE, ALERTMANAGER_CONFIG, PROMETHEUS_CONFIG, ALERT_RULES):
+        assert f in found
+    assert {GRAFANA_DATASOURCES_FILE, GRAFANA_PROVIDER_FILE} <= found
+    assert any(f.is_relative_to(KUBERNETES_DIR) for f in found)
+
+
+@pytest.mark.parametrize("path", yaml_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_yaml_parses(path: Path) -> None:
+    docs = load_yaml_all(path)
+    assert docs, f"{path.relative_to(REPO)}: no document"
+    for doc in docs:
+        assert isinstance(doc, dict), f"{path.relative_to(REPO)}: a document that is not a mapping"
+    if path.parent != COMPOSE_DIR or path == ALERTMANAGER_CONFIG:
+        # !reset / !override mean something to Compose only; anywhere else they are a mistake
+        assert not any(has_compose_tags(d) for d in docs), f"{path.relative_to(REPO)}: Compose tags"
+
+
+# ---- both stacks ---------------------------------------------------------------------------------
+
+
+def test_the_five_services_exist(services: dict[str, Json]) -> None:
+    missing = set(SERVICES) - set(services)
+    assert not missing, f"services missing: {sorted(missing)}"
+
+
+def test_the_merged_model_has_no_tags_left(stack_name: str) -> None:
+    assert not has_compose_tags(stack(stack_name))
+
+
+def test_every_service_has_a_build_or_a_pinned_image_and_a_healthcheck(services: dict[str, Json]) -> None:
+    for name, svc in services.items():
+        assert "build" in svc or "image" in svc, f"{name}: neither build nor image"
+        if "image" in svc:
+            image = str(svc["image"])
+            name_part, _, digest = image.partition("@")
+            last = name_part.rsplit("/", 1)[-1]
+            tag = last.partition(":")[2]
+            assert tag or digest, f"{name}: image {image} has no tag"
+            assert tag != "latest", f"{name}: image {image} is not pinned"
+        if "build" in svc:
+            build = svc["build"]
+            context = build["context"] if isinstance(build, dict) else build
+            assert (COMPOSE_DIR / context).resolve() == REPO, f"{name}: build context is not the repository"
+            if isinstance(build, dict) and "dockerfile" in build:
+                assert (COMPOSE_DIR / context / build["dockerfile"]).resolve() == DOCKERFILE
+        hc = svc.get("healthcheck")
+        assert hc, f"{name}: no healthcheck"
+        assert not hc.get("disable"), f"{name}: healthcheck disabled"
+        test = hc.get("test")
+        assert isinstance(test, list) and test and test[0] in ("CMD", "CMD-SHELL"), f"{name}: healthcheck {test}"
+        assert len(test) > 1, f"{name}: healthcheck runs nothing"
+
+
+def test_depends_on_targets_exist_and_are_healthchecked_where_awaited(services: dict[str, Json]) -> None:
+    for name, svc in services.items():
+        deps = svc.get("depends_on", {})
+        deps = {d: {"condition": "service_started"} for d in deps} if isinstance(deps, list) else deps
+        for target, spec in deps.items():
+            assert target in services, f"{name} depends on {target}, which is no service"
+            assert target != name
+            if (spec or {}).get("condition") == "service_healthy":
+                assert services[target].get("healthcheck"), f"{name} waits for {target} to be healthy: no healthcheck"
+
+
+def test_bind_mounts_and_volumes_exist(stack_name: str) -> None:
+    model = stack(stack_name)
+    declared = set(model.get("volumes") or {})
+    for name, svc in model["services"].items():
+        for m in mounts(svc):
+            if m.kind == "volume" and m.source is not None:
+                assert m.source in declared, f"{name}: volume {m.source} not declared under volumes:"
+            elif m.kind == "bind":
+                path = m.host_path
+                if path.is_relative_to(REPO):
+                    assert path.exists(), f"{name}: {m.source} ({path.relative_to(REPO)}) does not exist"
+                else:
+                    assert path in HOST_PATHS_ALLOWED, f"{name}: mounts {path} from the host"
+            else:
+                assert m.kind in ("tmpfs", "volume"), f"{name}: mount type {m.kind}"
+
+
+def test_published_ports_are_on_loopback(stack_name: str) -> None:
+    model = stack(stack_name)
+    published = 0
+    for name, svc in model["services"].items():
+        for p in ports(svc):
+            published += 1
+            assert p.host_ip == LOOPBACK, f"{name}: port {p.target} published on {p.host_ip or 'every address'}"
+    assert published >= len(SERVICES)
+    # GPULEDGER_BIND moves every one of them (docs/deploy.md)
+    opened = stack(stack_name, env={"GPULEDGER_BIND": "0.0.0.0"})
+    assert {p.host_ip for s in opened["services"].values() for p in ports(s)} == {"0.0.0.0"}
+
+
+def test_gpuledger_services_run_the_right_command_on_the_right_port(services: dict[str, Json]) -> None:
+    image_health = dockerfile_env("HEALTH_URL")
+    prometheus_ports = container_ports(services["prometheus"])
+    for name in GPULEDGER_SERVICES:
+        svc = services[name]
+        args = gpuledger_args(svc)
+        assert args.command == name
+        listen = args.listen or (WebSettings().listen if name == "exporter" else AnalyticsSettings().listen)
+        host, port = split_listen(listen)
+        assert host in ("", "0.0.0.0", "::"), f"{name} listens on {host} only: unreachable from outside"
+        assert container_ports(svc) == {port}, f"{name} listens on {port}, publishes {container_ports(svc)}"
+        health = environment(svc).get("HEALTH_URL", image_health)
+        assert health == f"http://127.0.0.1:{port}/healthz", f"{name}: HEALTH_URL {health}"
+        assert any("HEALTH_URL" in str(t) for t in svc["healthcheck"]["test"]), f"{name}: healthcheck ignores it"
+        # every GPULEDGER_SECTION__KEY names a setting
+        for var in environment(svc):
+            if var.startswith("GPULEDGER_") and var != "GPULEDGER_CONFIG":
+                section, _, key = var.removeprefix("GPULEDGER_").lower().partition("__")
+                field = FullSettings.model_fields.get(section)
+                assert field is not None, f"{name}: {var}: no section {section}"
+                if key:
+                    model = field.annotation
+                    assert key in getattr(model, "model_fields", {}), f"{name}: {var}: no setting {section}.{key}"
+    assert environment(services["analytics"])["HEALTH_URL"] == "http://127.0.0.1:10045/healthz"
+    analytics = gpuledger_args(services["analytics"])
+    assert analytics.source == "prometheus"
+    assert analytics.prometheus_url == "http://prometheus:9090"
+    assert 9090 in prometheus_ports
+
+
+def test_read_only_services_write_only_to_mounts(services: dict[str, Json], monkeypatch: pytest.MonkeyPatch) -> None:
+    state = dockerfile_env("STATE_DIRECTORY")
+    assert state, "the image sets no STATE_DIRECTORY"
+    monkeypatch.setenv("STATE_DIRECTORY", state)
+    history = default_history_path()  # where the image's exporter writes its history
+    exporter, analytics = services["exporter"], services["analytics"]
+    for name in GPULEDGER_SERVICES:
+        assert services[name].get("read_only") is True, f"{name}: root filesystem writable"
+        assert writable_at(services[name], "/tmp"), f"{name}: no writable /tmp"
+    assert writable_at(exporter, str(history)), f"the exporter's history {history} would land on the read-only root"
+    m = mount_at(exporter, state)
+    assert m is not None and m.kind == "volume", "the exporter's history is not kept in a named volume"
+    reports = environment(analytics)["GPULEDGER_ANALYTICS__REPORTS_DIR"]
+    m = mount_at(analytics, reports)
+    assert m is not None and m.kind == "volume" and not m.read_only, "the reports are not kept in a named volume"
+    assert writable_at(services["prometheus"], flag(services["prometheus"], "storage.tsdb.path"))
+    assert writable_at(services["alertmanager"], flag(services["alertmanager"], "storage.path"))
+    # files named in the environment are mounted
+    for name in GPULEDGER_SERVICES:
+        for var in ("GPULEDGER_ATTRIBUTION__PASSWD_FILE", "GPULEDGER_CONFIG"):
+            path = environment(services[name]).get(var)
+            if path:
+                host = host_path_for(services[name], path)
+                assert host is not None and host.is_file(), f"{name}: {var}={path} is not mounted"
+
+
+def test_prometheus_mounts_its_config_and_the_rules_where_rule_files_look(services: dict[str, Json]) -> None:
+    prom = services["prometheus"]
+    config = flag(prom, "config.file")
+    assert host_path_for(prom, config) == PROMETHEUS_CONFIG
+    m = mount_at(prom, config)
+    assert m is not None and m.read_only
+    config_dir = PurePosixPath(config).parent
+    loaded: set[Path] = set()
+    for pattern in load_yaml(PROMETHEUS_CONFIG)["rule_files"]:
+        container = config_dir / pattern  # relative rule_files resolve against the config's folder
+        host_dir = host_path_for(prom, str(container.parent))
+        assert host_dir is not None, f"rule_files {pattern}: {container.parent} is not mounted"
+        matched = sorted(host_dir.glob(container.name))
+        assert matched, f"rule_files {pattern}: matches nothing in {host_dir}"
+        loaded |= set(matched)
+    assert loaded == set(RULES_DIR.glob("*.yml")), "not every rule file is loaded"
+
+
+def test_alertmanager_mounts_its_config(services: dict[str, Json]) -> None:
+    am = services["alertmanager"]
+    assert host_path_for(am, flag(am, "config.file")) == ALERTMANAGER_CONFIG
+
+
+def test_grafana_mounts_provisioning_and_dashboards(services: dict[str, Json]) -> None:
+    grafana = services["grafana"]
+    assert host_path_for(grafana, "/etc/grafana/provisioning") == GRAFANA_PROVISIONING
+    provider = load_yaml(GRAFANA_PROVIDER_FILE)["providers"][0]["options"]["path"]
+    assert host_path_for(grafana, provider) == GRAFANA_DASHBOARDS
+    assert list(GRAFANA_DASHBOARDS.glob("*.json")), "no dashboards to provision"
+
+
+# ---- the GPU stack and the replay stack ---------------------------------------------------------
+
+
+def test_the_gpu_exporter_gets_the_gpus_and_the_host_namespaces() -> None:
+    exporter = stack("gpu")["services"]["exporter"]
+    devices = exporter["deploy"]["resources"]["reservations"]["devices"]
+    nvidia = [d for d in devices if d.get("driver") == "nvidia"]
+    assert nvidia, "no nvidia device reservation"
+    assert "gpu" in nvidia[0]["capabilities"]
+    assert nvidia[0].get("count") == "all" or "device_ids" in nvidia[0]
+    assert exporter.get("pid") == "host"
+    assert exporter.get("uts") == "host"
+    assert exporter.get("read_only") is True
+    assert "ALL" in exporter.get("cap_drop", [])
+    assert any(str(o).startswith("no-new-privileges") for o in exporter.get("security_opt", []))
+    assert gpuledger_args(exporter).reader == "nvml"
+    passwd = environment(exporter)["GPULEDGER_ATTRIBUTION__PASSWD_FILE"]
+    m = mount_at(exporter, passwd)
+    assert m is not None and m.kind == "bind" and m.host_path == Path("/etc/passwd") and m.read_only
+
+
+def test_the_replay_stack_takes_nothing_from_the_host() -> None:
+    gpu, replay = stack("gpu")["services"], stack("replay")["services"]
+    exporter = replay["exporter"]
+    for key in ("deploy", "pid", "uts"):
+        assert key not in exporter, f"replay exporter keeps {key}"
+    assert not [m for m in mounts(exporter) if m.kind == "bind"], "replay exporter mounts host files"
+    assert "GPULEDGER_ATTRIBUTION__PASSWD_FILE" not in environment(exporter)
+    args = gpuledger_args(exporter)
+    assert args.command == "exporter"
+    assert args.reader == "replay"
+    # everything else as on the GPU node
+    kept = {k: v for k, v in gpu["exporter"].items() if k not in ("deploy", "pid", "uts", "command")}
+    kept["environment"] = {k: v for k, v in environment(gpu["exporter"]).items() if "PASSWD" not in k}
+    kept["volumes"] = [v for v in gpu["exporter"]["volumes"] if "/etc/passwd" not in str(v)]
+    assert {k: v for k, v in exporter.items() if k != "command"} == kept
+    for name in SERVICES:
+        if name != "exporter":
+            assert replay[name] == gpu[name], f"the replay stack changes {name}"
+
+
+@pytest.mark.parametrize("variant", list(STACK_FILES))
+def test_docker_compose_config(variant: str) -> None:
+    try:
+        version = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        version = None
+    if version is None or version.returncode != 0:
+        pytest.skip("no `docker compose` client here; the compose files are checked structurally above")
+    files = [a for f in STACK_FILES[variant] for a in ("-f", f.name)]
+    res = subprocess.run(
+        ["docker", "compose", *files, "config", "-q"], capture_output=True, text=True, cwd=COMPOSE_DIR, timeout=120
+    )
+    assert res.returncode == 0, res.stderr + res.stdout
+
+
+# ---- Prometheus and Alertmanager -----------------------------------------------------------------
+
+
+def static_targets(config: Json) -> dict[str, list[str]]:
+    """job name -> static targets; the Alertmanagers under "alerting"."""
+    out = {
+        job["job_name"]: [t for sc in job.get("static_configs", []) for t in sc.get("targets", [])]
+        for job in config["scrape_configs"]
+    }
+    out["alerting"] = [
+        t for am in config["alerting"]["alertmanagers"] for sc in am.get("static_configs", []) for t in sc["targets"]
+    ]
+    return out
+
+
+def test_prometheus_targets_are_compose_services(stack_name: str) -> None:
+    services = stack(stack_name)["services"]
+    targets = static_targets(load_yaml(PROMETHEUS_CONFIG))
+    assert targets == {
+        "gpuledger": ["exporter:10044"],
+        "gpuledger-analytics": ["analytics:10045"],
+        "alerting": ["alertmanager:9093"],
+    }
+    for job, addresses in targets.items():
+        for address in addresses:
+            host, port = split_listen(address)
+            assert host in services, f"{job}: {address} is no compose service"
+            assert port in container_ports(services[host]), f"{job}: {host} does not listen on {port}"
+
+
+def job_matchers(alert: Json) -> list[tuple[str, str]]:
+    """(operator, value) of every job matcher in an alert's expression."""
+    expr = str(alert["expr"])
+    selectors = re.findall(r"\{([^{}]*)\}", expr)
+    return [
+        (op, value) for sel in selectors for op, value in re.findall(r'\bjob\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"', sel)
+    ]
+
+
+def matches(job: str, op: str, value: str) -> bool:
+    if op == "=":
+        return job == value
+    if op == "!=":
+        return job != value
+    hit = re.fullmatch(value, job) is not None  # PromQL regexes are anchored
+    return hit if op == "=~" else not hit
+
+
+def kubernetes_jobs() -> dict[str, str]:
+    """component (exporter, analytics) -> the job prometheus-operator gives its ServiceMonitor's
+    targets: the value of the Service's jobLabel label, or the Service's name."""
+    services = [
+        d for f in sorted((KUBERNETES_DIR / "core").glob("*.yaml")) for d in load_yaml_all(f) if d["kind"] == "Service"
+    ]
+    monitors = [
+        d for d in load_yaml_all(KUBERNETES_DIR / "operator" / "servicemonitors.yaml") if d["kind"] == "ServiceMonitor"
+    ]
+    jobs = {}
+    for sm in monitors:
+        selector = sm["spec"]["selector"]["matchLabels"]
+        selected = [s for s in services if selector.items() <= s["metadata"].get("labels", {}).items()]
+        assert len(selected) == 1, f"ServiceMonitor {sm['metadata']['name']} selects {len(selected)} Services"
+        svc = selected[0]
+        job_label = sm["spec"].get("jobLabel")
+        job = svc["metadata"]["labels"][job_label] if job_label else svc["metadata"]["name"]
+        jobs[svc["metadata"]["labels"]["app.kubernetes.io/component"]] = job
+    return jobs
+
+
+def test_kubernetes_jobs_are_the_ones_the_rules_select() -> None:
+    scrape = {job["job_name"]: job for job in load_yaml(PROMETHEUS_CONFIG)["scrape_configs"]}
+    assert "gpuledger" in scrape and "gpuledger-analytics" in scrape
+    k8s = kubernetes_jobs()
+    assert set(k8s) == {"exporter", "analytics"}
+    jobs = {"exporter": ["gpuledger", k8s["exporter"]], "analytics": ["gpuledger-analytics", k8s["analytics"]]}
+    alerts = [r for g in load_yaml(ALERT_RULES)["groups"] for r in g["rules"] if "alert" in r]
+    checked = dict.fromkeys(jobs, 0)
+    for alert in alerts:
+        component = alert.get("labels", {}).get("component")
+        for op, value in job_matchers(alert):
+            assert component in jobs, f"{alert['alert']} selects job {op}{value!r} but is no exporter/analytics alert"
+            for job in jobs[component]:
+                assert matches(job, op, value), f"{alert['alert']}: job{op}{value!r} misses job {job!r}"
+            checked[component] += 1
+    assert all(checked.values()), f"no job matcher found for {[c for c, n in checked.items() if not n]}"
+
+
+def test_prometheus_config_passes_promtool() -> None:
+    res = subprocess.run(
+        [require_binary("promtool"), "check", "config", str(PROMETHEUS_CONFIG)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_alertmanager_config_passes_amtool() -> None:
+    res = subprocess.run(
+        [require_binary("amtool"), "check-config", str(ALERTMANAGER_CONFIG)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+# ---- Grafana -------------------------------------------------------------------------------------
+
+
+def test_grafana_provisioning_fits_compose() -> None:
+    services = stack("gpu")["services"]
+    datasources = load_yaml(GRAFANA_DATASOURCES_FILE)["datasources"]
+    assert len(datasources) == 1
+    ds = datasources[0]
+    assert ds["type"] == "prometheus"
+    assert ds["url"] == "http://prometheus:9090"
+    host, port = split_listen(ds["url"].removeprefix("http://"))
+    assert host in services and port in container_ports(services[host])
+    assert ds["uid"] == DATASOURCE_UID
+    providers = load_yaml(GRAFANA_PROVIDER_FILE)["providers"]
+    assert len(providers) == 1
+    path = providers[0]["options"]["path"]
+    dashboards = [m for m in mounts(services["grafana"]) if m.kind == "bind" and m.host_path == GRAFANA_DASHBOARDS]
+    assert [m.target for m in dashboards] == [path]
