@@ -1,5 +1,5 @@
 # gpuledger image: the exporter, the analytics daemon and `up`. Not built in CI (no Docker engine
-# there); tests/test_deploy_host.py checks its structure. Deployments: docs/deploy.md.
+# there); tests/test_deploy_dockerfile.py checks its structure. Deployments: docs/deploy.md.
 #
 #   docker build -t gpuledger:0.1.0 .                      # from the repository root
 #   docker build -t gpuledger:0.1.0-bench --build-arg BENCH=true .   # + torch for the benchmarks

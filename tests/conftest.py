@@ -226,3 +226,24 @@ def make_cert(tmp: Path) -> tuple[Path, Path]:
         timeout=60,
     )
     return cert, key
+
+
+@pytest.fixture(scope="session")
+def subcommand_help() -> Callable[[str], str]:
+    """`gpuledger SUB --help` text, run once per subcommand (deployment tests check options exist)."""
+    cache: dict[str, str] = {}
+
+    def get(sub: str) -> str:
+        if sub not in cache:
+            r = subprocess.run(
+                [sys.executable, "-m", "gpuledger", sub, "--help"],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                timeout=60,
+            )
+            assert r.returncode == 0, r.stderr
+            cache[sub] = r.stdout
+        return cache[sub]
+
+    return get

@@ -1,22 +1,16 @@
 """The Docker Compose deployment (deploy/compose): both stacks (the GPU one, compose.yaml, and the
 replay one, compose.yaml + compose.replay.yaml) hold five pinned, health-checked services wired to
-each other and to the repository's Prometheus, Alertmanager and Grafana files; Prometheus' targets
-and rule files fit the stack; the scrape job names are the ones the alert rules select, on Compose
-and on Kubernetes; promtool and amtool accept the configs; `docker compose config` too, where a
-Compose client is installed."""
+each other and to the repository's Prometheus, Alertmanager and Grafana files; `docker compose
+config` too, where a Compose client is installed."""
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 import pytest
-from conftest import require_binary
 from deploy_files import (
     ALERT_RULES,
     ALERTMANAGER_CONFIG,
@@ -36,7 +30,6 @@ from deploy_files import (
     Reset,
     compose_merge,
     has_compose_tags,
-    load_compose,
     load_yaml,
     load_yaml_all,
     yaml_files,
@@ -44,27 +37,30 @@ from deploy_files import (
 
 from analytics.config import AnalyticsSettings, FullSettings
 from exporter.config import WebSettings, default_history_path, split_listen
-from gpuledger.cli import build_parser
 
 if str(REPO) not in sys.path:  # grafana/ is no installed package
     sys.path.insert(0, str(REPO))
 
-from grafana.panels import DATASOURCE_UID
 
-Json = dict[str, Any]
-
-SERVICES = ("exporter", "analytics", "prometheus", "alertmanager", "grafana")
-GPULEDGER_SERVICES = ("exporter", "analytics")
-STACK_FILES: dict[str, tuple[Path, ...]] = {
-    "gpu": (COMPOSE_FILE,),
-    "replay": (COMPOSE_FILE, COMPOSE_REPLAY_FILE),
-}
-HOST_PATHS_ALLOWED = {Path("/etc/passwd")}  # the exporter's user names (GPU stack)
-LOOPBACK = "127.0.0.1"
-
-
-def stack(name: str, env: dict[str, str] | None = None) -> Json:
-    return load_compose(*STACK_FILES[name], env=env)
+from compose_model import (
+    GPULEDGER_SERVICES,
+    HOST_PATHS_ALLOWED,
+    LOOPBACK,
+    SERVICES,
+    STACK_FILES,
+    Json,
+    container_ports,
+    dockerfile_env,
+    environment,
+    flag,
+    gpuledger_args,
+    host_path_for,
+    mount_at,
+    mounts,
+    ports,
+    stack,
+    writable_at,
+)
 
 
 @pytest.fixture(params=list(STACK_FILES))
@@ -77,148 +73,6 @@ def stack_name(request: pytest.FixtureRequest) -> str:
 def services(stack_name: str) -> dict[str, Json]:
     svcs: dict[str, Json] = stack(stack_name)["services"]
     return svcs
-
-
-# ---- reading the Compose model -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Mount:
-    kind: str  # bind | volume | tmpfs
-    source: str | None  # host path as written (bind), volume name (volume), None (anonymous, tmpfs)
-    target: str
-    read_only: bool
-
-    @property
-    def host_path(self) -> Path:
-        """A bind mount's source, relative ones resolved against the compose project folder."""
-        assert self.kind == "bind" and self.source is not None
-        return (COMPOSE_DIR / Path(self.source).expanduser()).resolve()
-
-
-def _is_path(source: str) -> bool:
-    return source.startswith(("/", ".", "~"))
-
-
-def mounts(service: Json) -> list[Mount]:
-    out = []
-    for v in service.get("volumes", []):
-        if isinstance(v, dict):
-            kind = v.get("type", "volume")
-            out.append(Mount(kind, v.get("source"), v["target"], bool(v.get("read_only", False))))
-            continue
-        parts = str(v).split(":")
-        if len(parts) == 1:  # an anonymous volume
-            out.append(Mount("volume", None, parts[0], False))
-            continue
-        source, target, *mode = parts
-        ro = bool(mode) and "ro" in mode[0].split(",")
-        out.append(Mount("bind" if _is_path(source) else "volume", source, target, ro))
-    out += [Mount("tmpfs", None, str(t).split(":")[0], False) for t in _as_list(service.get("tmpfs"))]
-    return out
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return value if isinstance(value, list) else [value]
-
-
-def host_path_for(service: Json, container_path: str) -> Path | None:
-    """Where a container path of `service` lives in the repository (through the bind mount with the
-    longest target that contains it); None when no bind mount holds it."""
-    path = PurePosixPath(container_path)
-    holding = [m for m in mounts(service) if path == PurePosixPath(m.target) or PurePosixPath(m.target) in path.parents]
-    if not holding:
-        return None
-    innermost = max(holding, key=lambda m: len(PurePosixPath(m.target).parts))
-    if innermost.kind != "bind":
-        return None
-    return innermost.host_path.joinpath(*path.relative_to(innermost.target).parts)
-
-
-def mount_at(service: Json, target: str) -> Mount | None:
-    hits = [m for m in mounts(service) if PurePosixPath(m.target) == PurePosixPath(target)]
-    assert len(hits) <= 1, f"two mounts at {target}"
-    return hits[0] if hits else None
-
-
-def writable_at(service: Json, path: str) -> bool:
-    """A non-read-only volume, tmpfs or bind mount holds `path`."""
-    p = PurePosixPath(path)
-    return any(
-        (p == PurePosixPath(m.target) or PurePosixPath(m.target) in p.parents) and not m.read_only
-        for m in mounts(service)
-    )
-
-
-@dataclass(frozen=True)
-class Port:
-    host_ip: str | None  # None: every address
-    published: str | None
-    target: int
-
-
-def ports(service: Json) -> list[Port]:
-    out = []
-    for p in service.get("ports", []):
-        if isinstance(p, dict):
-            out.append(Port(p.get("host_ip"), str(p.get("published")), int(p["target"])))
-            continue
-        spec = str(p).split("/")[0]
-        host_ip: str | None = None
-        if spec.startswith("["):  # [v6]:published:target
-            close = spec.index("]")
-            host_ip, spec = spec[1:close], spec[close + 2 :]
-            published, target = spec.split(":")
-        else:
-            parts = spec.split(":")
-            if len(parts) == 3:
-                host_ip, published, target = parts
-            elif len(parts) == 2:
-                published, target = parts
-            else:
-                published, target = "", parts[0]
-        out.append(Port(host_ip or None, published or None, int(target)))
-    return out
-
-
-def container_ports(service: Json) -> set[int]:
-    exposed = {int(str(e).split("/")[0]) for e in service.get("expose", [])}
-    return {p.target for p in ports(service)} | exposed
-
-
-def flag(service: Json, name: str) -> str:
-    """The value of --name=VALUE in a service's command."""
-    values = [str(a).split("=", 1)[1] for a in service.get("command", []) if str(a).startswith(f"--{name}=")]
-    assert len(values) == 1, f"--{name}= given {len(values)} times in {service.get('command')}"
-    return values[0]
-
-
-def dockerfile_entrypoint() -> list[str]:
-    m = re.search(r"^ENTRYPOINT\s+(\[.*\])\s*$", DOCKERFILE.read_text(), re.M)
-    assert m, "Dockerfile: no exec-form ENTRYPOINT"
-    entry: list[str] = json.loads(m[1])
-    return entry
-
-
-def dockerfile_env(name: str) -> str | None:
-    m = re.search(rf"\b{name}=(\S+)", DOCKERFILE.read_text())
-    return m[1] if m else None
-
-
-def gpuledger_args(service: Json) -> Any:
-    """The service's command as the image's `gpuledger` entrypoint parses it."""
-    assert "entrypoint" not in service, "the compose file should use the image's entrypoint"
-    assert dockerfile_entrypoint() == ["gpuledger"]
-    return build_parser().parse_args([str(a) for a in service["command"]])
-
-
-def environment(service: Json) -> dict[str, str]:
-    env = service.get("environment", {})
-    if isinstance(env, list):
-        env = dict(str(e).partition("=")[::2] for e in env)
-    return {str(k): str(v) for k, v in env.items()}
 
 
 # ---- the helper itself ---------------------------------------------------------------------------
@@ -524,132 +378,3 @@ def test_docker_compose_config(variant: str) -> None:
         ["docker", "compose", *files, "config", "-q"], capture_output=True, text=True, cwd=COMPOSE_DIR, timeout=120
     )
     assert res.returncode == 0, res.stderr + res.stdout
-
-
-# ---- Prometheus and Alertmanager -----------------------------------------------------------------
-
-
-def static_targets(config: Json) -> dict[str, list[str]]:
-    """job name -> static targets; the Alertmanagers under "alerting"."""
-    out = {
-        job["job_name"]: [t for sc in job.get("static_configs", []) for t in sc.get("targets", [])]
-        for job in config["scrape_configs"]
-    }
-    out["alerting"] = [
-        t for am in config["alerting"]["alertmanagers"] for sc in am.get("static_configs", []) for t in sc["targets"]
-    ]
-    return out
-
-
-def test_prometheus_targets_are_compose_services(stack_name: str) -> None:
-    services = stack(stack_name)["services"]
-    targets = static_targets(load_yaml(PROMETHEUS_CONFIG))
-    assert targets == {
-        "gpuledger": ["exporter:10044"],
-        "gpuledger-analytics": ["analytics:10045"],
-        "alerting": ["alertmanager:9093"],
-    }
-    for job, addresses in targets.items():
-        for address in addresses:
-            host, port = split_listen(address)
-            assert host in services, f"{job}: {address} is no compose service"
-            assert port in container_ports(services[host]), f"{job}: {host} does not listen on {port}"
-
-
-def job_matchers(alert: Json) -> list[tuple[str, str]]:
-    """(operator, value) of every job matcher in an alert's expression."""
-    expr = str(alert["expr"])
-    selectors = re.findall(r"\{([^{}]*)\}", expr)
-    return [
-        (op, value) for sel in selectors for op, value in re.findall(r'\bjob\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"', sel)
-    ]
-
-
-def matches(job: str, op: str, value: str) -> bool:
-    if op == "=":
-        return job == value
-    if op == "!=":
-        return job != value
-    hit = re.fullmatch(value, job) is not None  # PromQL regexes are anchored
-    return hit if op == "=~" else not hit
-
-
-def kubernetes_jobs() -> dict[str, str]:
-    """component (exporter, analytics) -> the job prometheus-operator gives its ServiceMonitor's
-    targets: the value of the Service's jobLabel label, or the Service's name."""
-    services = [
-        d for f in sorted((KUBERNETES_DIR / "core").glob("*.yaml")) for d in load_yaml_all(f) if d["kind"] == "Service"
-    ]
-    monitors = [
-        d for d in load_yaml_all(KUBERNETES_DIR / "operator" / "servicemonitors.yaml") if d["kind"] == "ServiceMonitor"
-    ]
-    jobs = {}
-    for sm in monitors:
-        selector = sm["spec"]["selector"]["matchLabels"]
-        selected = [s for s in services if selector.items() <= s["metadata"].get("labels", {}).items()]
-        assert len(selected) == 1, f"ServiceMonitor {sm['metadata']['name']} selects {len(selected)} Services"
-        svc = selected[0]
-        job_label = sm["spec"].get("jobLabel")
-        job = svc["metadata"]["labels"][job_label] if job_label else svc["metadata"]["name"]
-        jobs[svc["metadata"]["labels"]["app.kubernetes.io/component"]] = job
-    return jobs
-
-
-def test_kubernetes_jobs_are_the_ones_the_rules_select() -> None:
-    scrape = {job["job_name"]: job for job in load_yaml(PROMETHEUS_CONFIG)["scrape_configs"]}
-    assert "gpuledger" in scrape and "gpuledger-analytics" in scrape
-    k8s = kubernetes_jobs()
-    assert set(k8s) == {"exporter", "analytics"}
-    jobs = {"exporter": ["gpuledger", k8s["exporter"]], "analytics": ["gpuledger-analytics", k8s["analytics"]]}
-    alerts = [r for g in load_yaml(ALERT_RULES)["groups"] for r in g["rules"] if "alert" in r]
-    checked = dict.fromkeys(jobs, 0)
-    for alert in alerts:
-        component = alert.get("labels", {}).get("component")
-        for op, value in job_matchers(alert):
-            assert component in jobs, f"{alert['alert']} selects job {op}{value!r} but is no exporter/analytics alert"
-            for job in jobs[component]:
-                assert matches(job, op, value), f"{alert['alert']}: job{op}{value!r} misses job {job!r}"
-            checked[component] += 1
-    assert all(checked.values()), f"no job matcher found for {[c for c, n in checked.items() if not n]}"
-
-
-def test_prometheus_config_passes_promtool() -> None:
-    res = subprocess.run(
-        [require_binary("promtool"), "check", "config", str(PROMETHEUS_CONFIG)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-
-
-def test_alertmanager_config_passes_amtool() -> None:
-    res = subprocess.run(
-        [require_binary("amtool"), "check-config", str(ALERTMANAGER_CONFIG)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-
-
-# ---- Grafana -------------------------------------------------------------------------------------
-
-
-def test_grafana_provisioning_fits_compose() -> None:
-    services = stack("gpu")["services"]
-    datasources = load_yaml(GRAFANA_DATASOURCES_FILE)["datasources"]
-    assert len(datasources) == 1
-    ds = datasources[0]
-    assert ds["type"] == "prometheus"
-    assert ds["url"] == "http://prometheus:9090"
-    host, port = split_listen(ds["url"].removeprefix("http://"))
-    assert host in services and port in container_ports(services[host])
-    assert ds["uid"] == DATASOURCE_UID
-    providers = load_yaml(GRAFANA_PROVIDER_FILE)["providers"]
-    assert len(providers) == 1
-    path = providers[0]["options"]["path"]
-    dashboards = [m for m in mounts(services["grafana"]) if m.kind == "bind" and m.host_path == GRAFANA_DASHBOARDS]
-    assert [m.target for m in dashboards] == [path]

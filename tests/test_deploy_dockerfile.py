@@ -1,0 +1,266 @@
+"""The Dockerfile, parsed (no Docker engine here): multi-stage, non-root, healthcheck, ports, the
+NVIDIA environment, torch only with BENCH=true, every COPY source present; its healthcheck command
+run against a real exporter.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from conftest import REPO, ExporterProcess, free_port
+
+SYSTEMD = REPO / "deploy" / "systemd"
+DOCKERFILE = REPO / "Dockerfile"
+DEV_STACK = REPO / "scripts" / "dev-stack"
+DEPLOY_DOC = REPO / "docs" / "deploy.md"
+RULES_DIR = REPO / "deploy" / "prometheus" / "rules"
+VENV_GPULEDGER = REPO / ".venv" / "bin" / "gpuledger"
+INSTALLED_GPULEDGER = "/opt/gpuledger/bin/gpuledger"
+
+
+# ---------------------------------------------------------------------------------------------
+# Dockerfile
+
+
+@dataclass
+class Instruction:
+    op: str  # upper case
+    args: str
+    stage: int  # 0-based index of the FROM it belongs to
+    line: int
+
+
+def parse_dockerfile(text: str) -> list[Instruction]:
+    """Instructions with their continuation lines joined; comments (also inside a continuation)
+    and blank lines dropped."""
+    out: list[Instruction] = []
+    stage = -1
+    pending: list[str] = []
+    start = 0
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if stripped.startswith("#") or (not stripped and not pending):
+            continue
+        if not pending:
+            start = lineno
+        if stripped.endswith("\\"):
+            pending.append(stripped[:-1].strip())
+            continue
+        pending.append(stripped)
+        joined = " ".join(p for p in pending if p)
+        pending = []
+        op, _, args = joined.partition(" ")
+        op = op.upper()
+        if op == "FROM":
+            stage += 1
+        out.append(Instruction(op, args.strip(), stage, start))
+    assert not pending, "Dockerfile ends inside a continuation line"
+    return out
+
+
+def exec_form(args: str) -> list[str] | None:
+    """The JSON (exec) form of CMD/ENTRYPOINT/RUN, else None."""
+    if not args.startswith("["):
+        return None
+    try:
+        value = json.loads(args)
+    except json.JSONDecodeError:
+        return None  # Docker runs what is not valid JSON in a shell
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return value
+
+
+def env_pairs(args: str) -> dict[str, str]:
+    words = shlex.split(args)
+    if words and "=" not in words[0]:  # legacy "ENV KEY value"
+        return {words[0]: " ".join(words[1:])}
+    return dict(w.split("=", 1) for w in words)
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> list[Instruction]:
+    return parse_dockerfile(DOCKERFILE.read_text())
+
+
+def test_dockerfile_parser() -> None:
+    text = '# c\nFROM a AS b\nRUN x \\\n  # inner comment\n  && y\n\nfrom c\nENV A=1 \\\n    B="two words"\n'
+    ins = parse_dockerfile(text)
+    assert [(i.op, i.args, i.stage) for i in ins] == [
+        ("FROM", "a AS b", 0),
+        ("RUN", "x && y", 0),
+        ("FROM", "c", 1),
+        ("ENV", 'A=1 B="two words"', 1),
+    ]
+    assert env_pairs(ins[3].args) == {"A": "1", "B": "two words"}
+
+
+def final_stage(ins: list[Instruction]) -> list[Instruction]:
+    last = max(i.stage for i in ins)
+    return [i for i in ins if i.stage == last]
+
+
+def test_dockerfile_is_multi_stage(dockerfile: list[Instruction]) -> None:
+    froms = [i for i in dockerfile if i.op == "FROM"]
+    assert len(froms) >= 2
+    assert dockerfile[0].op in ("FROM", "ARG")
+    aliases = {}
+    for f in froms:
+        words = f.args.split()
+        assert ":" in words[0] or "@" in words[0], f"unpinned base image {words[0]}"
+        if len(words) == 3 and words[1].upper() == "AS":
+            aliases[words[2]] = f.stage
+    build_aliases = {a for a, s in aliases.items() if s < max(i.stage for i in dockerfile)}
+    assert build_aliases, "the build stage has no name"
+    final = final_stage(dockerfile)
+    copied_from = [m.group(1) for i in final if i.op == "COPY" for m in [re.search(r"--from=(\S+)", i.args)] if m]
+    assert copied_from and set(copied_from) <= build_aliases, copied_from
+    # the build stage builds wheels; the final one installs them without an index
+    build = [i for i in dockerfile if i.stage == aliases[copied_from[0]]]
+    assert any(i.op == "RUN" and "pip wheel" in i.args for i in build)
+    assert any(i.op == "RUN" and "pip install" in i.args and "--no-index" in i.args for i in final)
+
+
+def test_dockerfile_runs_as_non_root(dockerfile: list[Instruction]) -> None:
+    final = final_stage(dockerfile)
+    users = [i for i in final if i.op == "USER"]
+    assert users, "no USER in the final stage"
+    last_run = max(n for n, i in enumerate(final) if i.op == "RUN")
+    last_user = max(n for n, i in enumerate(final) if i.op == "USER")
+    assert last_user > last_run, "a RUN after the last USER runs as that user; the last USER must follow every RUN"
+    user, _, group = final[last_user].args.partition(":")
+    assert user not in ("0", "root", ""), final[last_user].args
+    assert group not in ("0", "root"), final[last_user].args
+    # the uid really is created, with the state folder it owns
+    assert any(i.op == "RUN" and f"--uid {user}" in i.args and "/var/lib/gpuledger" in i.args for i in final)
+
+
+def test_dockerfile_metadata(dockerfile: list[Instruction], subcommand_help: Callable[[str], str]) -> None:
+    final = final_stage(dockerfile)
+    ports = {p.split("/")[0] for i in final if i.op == "EXPOSE" for p in i.args.split()}
+    assert {"10044", "10045"} <= ports
+    env: dict[str, str] = {}
+    for i in final:
+        if i.op == "ENV":
+            env.update(env_pairs(i.args))
+    assert env.get("NVIDIA_DRIVER_CAPABILITIES") == "compute,utility"
+    assert env.get("NVIDIA_VISIBLE_DEVICES") == "all"
+    assert env.get("HEALTH_URL") == "http://127.0.0.1:10044/healthz"
+    assert env.get("STATE_DIRECTORY") == "/var/lib/gpuledger"
+    assert len([i for i in final if i.op == "HEALTHCHECK"]) == 1
+    entry = [i for i in final if i.op == "ENTRYPOINT"]
+    cmd = [i for i in final if i.op == "CMD"]
+    assert len(entry) == 1 and len(cmd) == 1
+    assert exec_form(entry[0].args) == ["gpuledger"]
+    default = exec_form(cmd[0].args)
+    assert default is not None and default[0] == "exporter"
+    assert default[default.index("--reader") + 1] == "nvml"
+    # every option of the default command exists
+    for arg in default[1:]:
+        if arg.startswith("--"):
+            assert arg in subcommand_help("exporter"), arg
+    # the installed extras exist in pyproject.toml
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["gpuledger"]
+    for i in dockerfile:
+        if i.op == "RUN":
+            for extras in re.findall(r"[\w.]+\[([\w,]+)\]", i.args):
+                assert set(extras.split(",")) <= set(project["optional-dependencies"]), extras
+
+
+def test_dockerfile_torch_only_with_bench(dockerfile: list[Instruction]) -> None:
+    final = final_stage(dockerfile)
+    args = [i.args for i in final if i.op == "ARG" and i.args.split("=")[0] == "BENCH"]
+    assert args == ["BENCH=false"], args
+    torch_runs = [i for i in dockerfile if i.op == "RUN" and "torch" in i.args]
+    assert torch_runs, "no RUN installs torch"
+    guard = re.compile(r"""if \[ "?\$\{?BENCH\}?"? = "?true"? \]; then (.*?); fi""")
+    bench = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["bench"]
+    for run in torch_runs:
+        m = guard.search(run.args)
+        assert m, f"line {run.line}: torch without a BENCH guard: {run.args}"
+        outside = run.args[: m.start()] + run.args[m.end() :]
+        assert "torch" not in outside, f"line {run.line}: torch outside the guard: {run.args}"
+        assert run.stage == max(i.stage for i in dockerfile), "torch in the build stage"
+        # the guarded install is the project's bench extra
+        installed = [w for w in shlex.split(m.group(1)) if not w.startswith("-") and w not in ("pip", "install")]
+        assert installed == bench, (installed, bench)
+
+
+def test_dockerfile_copy_sources_exist(dockerfile: list[Instruction]) -> None:
+    copied: set[str] = set()
+    for i in dockerfile:
+        if i.op not in ("COPY", "ADD"):
+            continue
+        words = exec_form(i.args) or shlex.split(i.args)
+        flags = [w for w in words if w.startswith("--")]
+        if any(f.startswith("--from=") for f in flags):
+            continue
+        paths = [w for w in words if not w.startswith("--")]
+        assert len(paths) >= 2, i.args
+        for src in paths[:-1]:
+            assert glob.glob(str(REPO / src)), f"line {i.line}: COPY source {src} not in the repository"
+            copied.add(src.strip("./").split("/")[0])
+    # what the wheel build needs: pyproject.toml, its readme and every package it includes
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert {"pyproject.toml", pyproject["project"]["readme"]} <= copied
+    for pattern in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]:
+        assert pattern.rstrip("*") in copied, f"package {pattern} not copied into the build stage"
+    ignore = REPO / ".dockerignore"
+    if ignore.exists():
+        patterns = [p.strip() for p in ignore.read_text().splitlines() if p.strip() and not p.startswith("#")]
+        for src in copied:
+            assert not any(fnmatch.fnmatch(src, p.strip("/")) for p in patterns), f"{src} is .dockerignored"
+
+
+def healthcheck_argv(dockerfile: list[Instruction]) -> tuple[dict[str, str], list[str]]:
+    (hc,) = [i for i in dockerfile if i.op == "HEALTHCHECK"]
+    options = dict(re.findall(r"--([\w-]+)=(\S+)", hc.args.split("CMD", 1)[0]))
+    argv = exec_form(hc.args.split("CMD", 1)[1].strip())
+    assert argv is not None, f"HEALTHCHECK CMD not in exec form: {hc.args}"
+    return options, argv
+
+
+def test_dockerfile_healthcheck_options(dockerfile: list[Instruction]) -> None:
+    options, argv = healthcheck_argv(dockerfile)
+    assert {"interval", "timeout", "start-period", "retries"} <= set(options)
+    assert argv[:2] == ["python", "-c"]
+    # the probe gives up before Docker kills it
+    probe_timeouts = [float(t) for t in re.findall(r"timeout=(\d+(?:\.\d+)?)", argv[2])]
+    assert probe_timeouts and max(probe_timeouts) < float(options["timeout"].rstrip("s"))
+
+
+def run_healthcheck(argv: list[str], health_url: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+    env["HEALTH_URL"] = health_url
+    return subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=env, timeout=30)
+
+
+def test_dockerfile_healthcheck_command_runs(
+    dockerfile: list[Instruction], exporter_process: Callable[..., ExporterProcess]
+) -> None:
+    _, argv = healthcheck_argv(dockerfile)
+    p = exporter_process("--reader", "replay", "--replay-gpus", "2", "--no-history")
+    healthy = f"{p.url}/healthz"
+    r = run_healthcheck(argv, healthy)
+    assert r.returncode == 0, r.stderr
+    r = run_healthcheck(argv, f"  {healthy}  {healthy} ")  # space-separated, all probed
+    assert r.returncode == 0, r.stderr
+    closed = free_port()
+    for url in (f"http://127.0.0.1:{closed}/healthz", f"{healthy} http://127.0.0.1:{closed}/healthz"):
+        r = run_healthcheck(argv, url)
+        assert r.returncode != 0, f"HEALTH_URL={url!r} passed"
+        assert "Connection refused" in r.stderr or "URLError" in r.stderr, r.stderr
+    # a URL that answers, but not 200
+    r = run_healthcheck(argv, f"{healthy} {p.url}/no-such-page")
+    assert r.returncode != 0
