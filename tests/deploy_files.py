@@ -37,6 +37,10 @@ GRAFANA_DATASOURCES_FILE = GRAFANA_PROVISIONING / "datasources" / "gpuledger.yml
 GRAFANA_PROVIDER_FILE = GRAFANA_PROVISIONING / "dashboards" / "gpuledger.yml"
 
 DOCKERFILE = REPO / "Dockerfile"
+DEV_STACK = REPO / "scripts" / "dev-stack"
+DEPLOY_DOC = REPO / "docs" / "deploy.md"
+VENV_GPULEDGER = REPO / ".venv" / "bin" / "gpuledger"  # scripts/test's virtualenv
+INSTALLED_GPULEDGER = "/opt/gpuledger/bin/gpuledger"  # where the systemd units expect it
 
 
 def yaml_files() -> list[Path]:

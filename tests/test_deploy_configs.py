@@ -139,25 +139,13 @@ def test_kubernetes_jobs_are_the_ones_the_rules_select() -> None:
     assert all(checked.values()), f"no job matcher found for {[c for c, n in checked.items() if not n]}"
 
 
-def test_prometheus_config_passes_promtool() -> None:
-    res = subprocess.run(
-        [require_binary("promtool"), "check", "config", str(PROMETHEUS_CONFIG)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-
-
-def test_alertmanager_config_passes_amtool() -> None:
-    res = subprocess.run(
-        [require_binary("amtool"), "check-config", str(ALERTMANAGER_CONFIG)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [("promtool", ["check", "config", str(PROMETHEUS_CONFIG)]), ("amtool", ["check-config", str(ALERTMANAGER_CONFIG)])],
+    ids=["prometheus.yml-promtool", "alertmanager.yml-amtool"],
+)
+def test_config_passes_its_checker(tool: str, args: list[str]) -> None:
+    res = subprocess.run([require_binary(tool), *args], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
 
 

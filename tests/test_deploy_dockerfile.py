@@ -19,15 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 from conftest import REPO, ExporterProcess, free_port
-
-SYSTEMD = REPO / "deploy" / "systemd"
-DOCKERFILE = REPO / "Dockerfile"
-DEV_STACK = REPO / "scripts" / "dev-stack"
-DEPLOY_DOC = REPO / "docs" / "deploy.md"
-RULES_DIR = REPO / "deploy" / "prometheus" / "rules"
-VENV_GPULEDGER = REPO / ".venv" / "bin" / "gpuledger"
-INSTALLED_GPULEDGER = "/opt/gpuledger/bin/gpuledger"
-
+from deploy_files import DOCKERFILE
 
 # ---------------------------------------------------------------------------------------------
 # Dockerfile

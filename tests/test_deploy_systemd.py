@@ -15,16 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-
-SYSTEMD = REPO / "deploy" / "systemd"
-DOCKERFILE = REPO / "Dockerfile"
-DEV_STACK = REPO / "scripts" / "dev-stack"
-DEPLOY_DOC = REPO / "docs" / "deploy.md"
-RULES_DIR = REPO / "deploy" / "prometheus" / "rules"
-VENV_GPULEDGER = REPO / ".venv" / "bin" / "gpuledger"
-INSTALLED_GPULEDGER = "/opt/gpuledger/bin/gpuledger"
-
+from deploy_files import DEPLOY_DOC, INSTALLED_GPULEDGER, SYSTEMD_DIR, VENV_GPULEDGER
 
 # ---------------------------------------------------------------------------------------------
 # systemd units
@@ -175,8 +166,8 @@ def nvml_breaking(unit: Unit) -> list[str]:
 
 @pytest.fixture(scope="module")
 def units() -> dict[str, Unit]:
-    found = sorted(SYSTEMD.glob("*.service"))
-    assert {p.stem for p in found} == set(UNITS), f"unexpected units in {SYSTEMD}: {found}"
+    found = sorted(SYSTEMD_DIR.glob("*.service"))
+    assert {p.stem for p in found} == set(UNITS), f"unexpected units in {SYSTEMD_DIR}: {found}"
     return {p.stem: parse_unit(p) for p in found}
 
 
@@ -292,7 +283,7 @@ def rewritten_units(dest: Path) -> list[Path]:
     if not VENV_GPULEDGER.exists():
         pytest.fail(f"{VENV_GPULEDGER} missing (pip install -e . in .venv)")
     out = []
-    for src in sorted(SYSTEMD.glob("*.service")):
+    for src in sorted(SYSTEMD_DIR.glob("*.service")):
         text = src.read_text()
         assert INSTALLED_GPULEDGER in text
         target = dest / src.name
@@ -325,7 +316,7 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
 )
 def test_systemd_analyze_security(name: str, limit: float) -> None:
     tool = systemd_analyze()
-    unit = SYSTEMD / f"{name}.service"
+    unit = SYSTEMD_DIR / f"{name}.service"
     r = subprocess.run(
         [tool, "security", "--offline=yes", "--no-pager", str(unit)],
         capture_output=True,

@@ -21,15 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import REPO, free_port, http_get, require_binary, wait_until
-
-SYSTEMD = REPO / "deploy" / "systemd"
-DOCKERFILE = REPO / "Dockerfile"
-DEV_STACK = REPO / "scripts" / "dev-stack"
-DEPLOY_DOC = REPO / "docs" / "deploy.md"
-RULES_DIR = REPO / "deploy" / "prometheus" / "rules"
-VENV_GPULEDGER = REPO / ".venv" / "bin" / "gpuledger"
-INSTALLED_GPULEDGER = "/opt/gpuledger/bin/gpuledger"
-
+from deploy_files import DEPLOY_DOC, DEV_STACK, RULES_DIR, VENV_GPULEDGER
 
 # ---------------------------------------------------------------------------------------------
 # scripts/dev-stack
