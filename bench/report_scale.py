@@ -51,10 +51,10 @@ def _rand(g: int, n: int, seed: int) -> np.ndarray:
     return np.random.default_rng([seed, g]).random(n)
 
 
-def _increments(g: int, n: int, step: int, gpus: int) -> dict[str, np.ndarray]:
-    """Per-step increments of GPU g's six counters for the first n steps of the week."""
-    t = WEEK_START + step * np.arange(n)
-    slot = ((t - WEEK_START) // SLOT).astype(np.int64)
+def _increments(g: int, n: int, step: int, gpus: int, start: int = WEEK_START) -> dict[str, np.ndarray]:
+    """Per-step increments of GPU g's six counters for the first n steps from ``start``."""
+    t = start + step * np.arange(n)
+    slot = ((t - start) // SLOT).astype(np.int64)
     slots = int(slot[-1]) + 1 if n else 0
     taken = _rand(g, slots, 1) < 0.8
     running = taken[slot]
@@ -77,12 +77,17 @@ def _lines(prefix: str, ts: np.ndarray, values: np.ndarray) -> str:
     return "".join(f"{prefix}{v:.10g} {t}\n" for v, t in zip(values.tolist(), ts.tolist(), strict=True))
 
 
-def write_day(args: tuple[int, int, int, str]) -> int:
-    """Day ``day`` of the fleet into ``path``; returns the samples written."""
-    gpus, day, step, path = args
+def write_day(args: tuple[int, int, int, str, int]) -> int:
+    """Day ``day`` (counted from ``start``) of the fleet into ``path``; returns the samples written."""
+    gpus, day, step, path, start = args
     per_day = DAY // step
-    k0, k1 = day * per_day, (day + 1) * per_day
-    ts = WEEK_START + step * np.arange(k0, k1)
+    return write_steps(gpus, day * per_day, (day + 1) * per_day, step, path, start)
+
+
+def write_steps(gpus: int, k0: int, k1: int, step: int, path: str, start: int = WEEK_START) -> int:
+    """Steps ``k0`` to ``k1`` (exclusive, counted from ``start``) of the fleet into ``path`` as
+    OpenMetrics without the final ``# EOF``; returns the samples written."""
+    ts = start + step * np.arange(k0, k1)
     count = 0
     with open(path, "w") as out:
         for g in range(gpus):
@@ -91,7 +96,7 @@ def write_day(args: tuple[int, int, int, str]) -> int:
             base = f'instance="{host}:10044",job="gpuledger",gpu="{index}",uuid="{uuid}"'
             info = f'gpuledger_gpu_info{{{base},model="NVIDIA H200",hostname="{host}",driver_version="580.159.04"}} '
             out.write(_lines(info, ts, np.ones(len(ts))))
-            inc = _increments(g, k1, step, gpus)
+            inc = _increments(g, k1, step, gpus, start)
             cum = {name: np.cumsum(v) for name, v in inc.items()}
             for name, c in cum.items():
                 out.write(_lines(f"gpuledger_gpu_{name}_total{{{base}}} ", ts, c[k0:k1]))
@@ -143,11 +148,11 @@ def _scheduler(out: object, ts: np.ndarray, gpus: int, k0: int, step: int) -> in
     return count
 
 
-def backfill(gpus: int, days: int, step: int, work: Path) -> tuple[int, float]:
+def backfill(gpus: int, days: int, step: int, work: Path, start: int = WEEK_START) -> tuple[int, float]:
     data = work / "data"
     data.mkdir()
     t0 = time.monotonic()
-    jobs = [(gpus, d, step, str(work / f"day{d}.om")) for d in range(days)]
+    jobs = [(gpus, d, step, str(work / f"day{d}.om"), start) for d in range(days)]
     samples = 0
     # one day is written while promtool reads the one before: two files on disk at most
     # (1,024 GPUs write about 10 GB of text a day)
