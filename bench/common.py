@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,3 +49,35 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
     }
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
+
+
+def require_prometheus() -> None:
+    """Exit with a message unless Debian's prometheus and promtool are on the PATH."""
+    for tool in ("prometheus", "promtool"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} not found (Debian: apt install prometheus)")
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def start_prometheus(work: Path, port: int, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Prometheus on ``work/prometheus.yml`` and the TSDB in ``work/data`` (retention 10 years, so
+    backfilled data stays), logging to ``work/prometheus.log``; returns once it is ready."""
+    url = f"http://127.0.0.1:{port}"
+    argv = ["prometheus", f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=10y", *flags]  # fmt: skip
+    with open(work / "prometheus.log", "w") as log:
+        prom = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not _ready(url):
+        if time.monotonic() > deadline or prom.poll() is not None:
+            prom.terminate()
+            raise RuntimeError(f"prometheus did not become ready: see {work / 'prometheus.log'}")
+        time.sleep(0.2)
+    return prom, url

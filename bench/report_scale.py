@@ -31,14 +31,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import table, write_result
+from bench.common import require_prometheus, start_prometheus, table, write_result
 
 DAY = 86400
 SLOT = 4 * 3600  # one job per GPU per 4-hour slot
@@ -173,14 +172,6 @@ def backfill(gpus: int, days: int, step: int, work: Path, start: int = WEEK_STAR
     return samples, time.monotonic() - t0
 
 
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
 def report_once(url: str, out: Path) -> tuple[float, float, int]:
     """(seconds, peak RSS MiB, exit code) of one ``gpuledger report`` child."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
@@ -224,24 +215,9 @@ def run_size(gpus: int, days: int, step: int, repeats: int, cache: Path | None) 
             samples, fill_s = backfill(gpus, days, step, work)
             meta.write_text(json.dumps({"samples": samples, "seconds": fill_s}))
         tsdb = sum(f.stat().st_size for f in (work / "data").rglob("*") if f.is_file())
-        port = 19090 + gpus % 1000
-        url = f"http://127.0.0.1:{port}"
         (work / "prometheus.yml").write_text("global: {}\n")
-        with open(work / "prometheus.log", "w") as log:
-            argv = [
-                "prometheus",
-                f"--config.file={work / 'prometheus.yml'}",
-                f"--storage.tsdb.path={work / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=10y",
-            ]
-            prom = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        prom, url = start_prometheus(work, 19090 + gpus % 1000)
         try:
-            deadline = time.monotonic() + 120
-            while not _ready(url):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("prometheus did not become ready")
-                time.sleep(0.2)
             runs = [report_once(url, work / "reports") for _ in range(repeats)]
             n_queries = queries(url)
         finally:
@@ -267,9 +243,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cache", type=Path, help="keep the backfilled TSDBs here and reuse them next time")
     a = ap.parse_args()
-    for tool in ("prometheus", "promtool"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} not found (Debian: apt install prometheus)")
+    require_prometheus()
     rows = [run_size(int(n), a.days, a.step, a.repeats, a.cache) for n in a.gpus.split(",")]
     print(table(["GPUs", "samples (M)", "backfill s", "TSDB MiB", "report s (1st)", "report s (median)",
                  "peak RSS MiB", "queries"],

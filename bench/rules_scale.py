@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import table, write_result
+from bench.common import require_prometheus, start_prometheus, table, write_result
 from bench.report_scale import DAY, backfill, write_steps
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,14 +51,6 @@ PRICE_STEP = 60
 def _get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=30) as r:
         return json.loads(r.read())
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
 
 
 def write_prices(gpus: int, start: int, end: int, path: Path) -> None:
@@ -147,21 +139,10 @@ def run_size(gpus: int, rounds: int, keep: Path | None) -> dict[str, Any]:
         for om in (tail, prices):
             subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(work / "data")],
                            check=True, capture_output=True)  # fmt: skip
-        port = 19190 + gpus % 1000
-        url = f"http://127.0.0.1:{port}"
         rule_files = "".join(f"  - {f}\n" for f in RULES)
         (work / "prometheus.yml").write_text(f"global:\n  evaluation_interval: 1m\nrule_files:\n{rule_files}")
-        with open(work / "prometheus.log", "w") as log:
-            argv = ["prometheus", f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=10y",
-                    f"--query.lookback-delta={LOOKBACK}"]  # fmt: skip
-            prom = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        prom, url = start_prometheus(work, 19190 + gpus % 1000, f"--query.lookback-delta={LOOKBACK}")
         try:
-            deadline = time.monotonic() + 120
-            while not _ready(url):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("prometheus did not become ready")
-                time.sleep(0.2)
             groups = measure(url, rounds)
             rss = peak_rss_mib(prom.pid)
             missed_n = _scalar(url, "sum(prometheus_rule_group_iterations_missed_total)")
@@ -185,9 +166,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="evaluations measured per group, after a warm-up one")
     ap.add_argument("--keep", type=Path, help="keep each TSDB and Prometheus log in this folder")
     a = ap.parse_args()
-    for tool in ("prometheus", "promtool"):
-        if shutil.which(tool) is None:
-            sys.exit(f"{tool} not found (Debian: apt install prometheus)")
+    require_prometheus()
     os.environ.pop("GPULEDGER_CONFIG", None)
     sizes = [run_size(int(n), a.rounds, a.keep) for n in a.gpus.split(",")]
     rows = []
