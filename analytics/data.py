@@ -105,7 +105,7 @@ class FailureWeek:
     partition: str
     finished: dict[str, int]  # state -> count
     requeued: int
-    failed_gpu_hours: float | None  # GPU-hours of jobs that ended FAILED, TIMEOUT, NODE_FAIL or OOM
+    failed_gpu_hours: float | None  # GPU-hours of jobs that ended in a failed state (exporter.slurm.states)
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,13 @@ from exporter.history import BenchRecord, FinishedJob
 from exporter.jobs import JobKey
 from exporter.readers import DeviceInfo
 from exporter.readers.capture import bundled_path, load
+from exporter.slurm import states
 from exporter.state import JobMinuteRow, MinuteRow
 
 IDLE_WATTS = 75.5  # the capture's idle power
+# how a job that ran ends (one draw each); the failures include states the report once missed
+OUTCOMES = (states.COMPLETED, "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", states.TIMEOUT)
+OUTCOME_WEIGHTS = (0.88, 0.07, 0.01, 0.01, 0.03)
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ def generate(window: Window, hosts: int = 2, gpus_per_host: int = 8, seed: int =
             end = window.start + last * minute_step
             wednesday = _weekday(start) == 2
             wait = rng.expovariate(1 / (1800 if wednesday else 240))
-            state = rng.choices(("COMPLETED", "FAILED", "TIMEOUT"), (0.88, 0.09, 0.03))[0]
+            state = rng.choices(OUTCOMES, OUTCOME_WEIGHTS)[0]
             job = Job(str(next_id), rng.choice(USERS), "gpu-large" if kind == "matmul_bf16" else "gpu", dev.uuid,
                       kind, start - wait, start, end, state, restarts=1 if rng.random() < 0.03 else 0)  # fmt: skip
             jobs.append(job)
@@ -150,7 +154,7 @@ def generate(window: Window, hosts: int = 2, gpus_per_host: int = 8, seed: int =
         next_id += 1
         submit = window.start + rng.uniform(0.1, 0.9) * window.seconds
         jobs.append(Job(str(next_id), rng.choice(USERS), "gpu", "", "", submit, None, submit + rng.uniform(60, 3600),
-                        "CANCELLED"))  # fmt: skip
+                        states.CANCELLED))  # fmt: skip
     fleet = Fleet(window, devices, minutes, jobs, job_minutes, _bench(window, rng), Truth())
     fleet.truth = _truth(fleet, minute_step)
     return fleet
@@ -203,7 +207,7 @@ def _truth(f: Fleet, step: int) -> Truth:
         t.pending_gpu_hours[j.partition] = t.pending_gpu_hours.get(j.partition, 0.0) + overlap / 3600
         if w.start <= j.end < w.end:
             t.finished[(j.partition, j.state)] = t.finished.get((j.partition, j.state), 0) + 1
-            if j.state in ("FAILED", "TIMEOUT") and j.start is not None:
+            if j.state in states.FAILED and j.start is not None:
                 t.failed_gpu_hours[j.partition] = t.failed_gpu_hours.get(j.partition, 0.0) + (j.end - j.start) / 3600
     return t
 
@@ -235,7 +239,7 @@ def write_history(f: Fleet, path: str | Path, step: int = 60) -> None:
             history.insert_job_minutes(db, jm)
             history.insert_jobs(db, [
                 FinishedJob("", j.job_id, f"train-{j.kind or 'x'}", j.user, j.partition, j.state, j.submit, j.submit,
-                            j.start, j.end, 1, "0:0" if j.state == "COMPLETED" else "1:0", j.restarts)
+                            j.start, j.end, 1, "0:0" if j.state == states.COMPLETED else "1:0", j.restarts)
                 for j in f.jobs
             ])  # fmt: skip
             history.insert_bench(db, f.bench)

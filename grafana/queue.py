@@ -3,6 +3,7 @@ holds GPUs without using them (the per-job counters of every exporter)."""
 
 from __future__ import annotations
 
+from exporter.slurm import states
 from grafana.layout import Dashboard, gpu_vars, query_var
 from grafana.panels import (
     UP_DOWN,
@@ -22,7 +23,7 @@ from grafana.promql import RANGE, RATE, increase, per_gpu, rate, sel
 
 QS = 'job=~"$job", partition=~"$partition"'
 JS = 'job=~"$job", uuid=~"$gpu", user=~"$user"'
-FAILED = "FAILED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE"
+FAILED = states.regex(states.FAILED)
 HOURLY = "1h"  # jobs start and end a few times an hour: rates over less are mostly empty
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from analytics.cost import CostModel, PriceRule, TariffWindow
-from analytics.data import BenchWeek, GpuWeek, JobWeek, QueueWeek, WeekData, iso_week
+from analytics.data import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, iso_week
 from analytics.report.build import build
 from exporter.jobs import JobKey
 
@@ -81,3 +81,11 @@ def test_users_and_jobs_pay_for_the_hours_they_held() -> None:
     assert alice.idle_cost == pytest.approx(4.0)  # held 10 h, busy 6 h
     assert [x.key for x in r.group("job")] == ["42", "43"]
     assert sum(x.total_cost for x in r.group("user")) < r.fleet.total_cost  # the rest of the week nobody held it
+
+
+def test_a_boot_fail_job_counts_as_failed() -> None:
+    finished = {"COMPLETED": 5, "FAILED": 1, "BOOT_FAIL": 1, "DEADLINE": 1, "TIMEOUT": 2, "PREEMPTED": 1}
+    r = build(WeekData(WEEK, "t", (_gpu(),), failures=(FailureWeek("gpu", finished, 0, 3.5),)), CostModel())
+    (row,) = r.failures
+    assert (row.completed, row.failed, row.timeout, row.cancelled, row.other) == (5, 3, 2, 0, 1)
+    assert row.failed_gpu_hours == 3.5

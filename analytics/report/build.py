@@ -21,8 +21,10 @@ from analytics.cost import JOULES_PER_KWH, CostModel, breakeven_utilisation, gpu
 from analytics.data import GpuWeek, WeekData, days
 from analytics.report import judge
 from analytics.report.model import CostRow, DayRow, FailureRow, PriceRow, QueueRow, RentRow, Report
+from exporter.slurm import states
 
-OTHER_STATES = ("NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+_FAILED_NOT_TIMEOUT = frozenset(states.FAILED) - {states.TIMEOUT}  # timeout has its own column
+_NOT_OTHER = frozenset({states.COMPLETED, states.CANCELLED, *states.FAILED})
 
 
 def _useful(g: GpuWeek, cost: CostModel) -> float:
@@ -184,12 +186,23 @@ def _queue(data: WeekData) -> list[QueueRow]:
 
 
 def _failures(data: WeekData) -> list[FailureRow]:
+    """The columns split the finished jobs by ``exporter.slurm.states``: failed + timeout is what
+    the dashboards' failed share counts; other is every state neither completed, cancelled nor
+    failed (PREEMPTED, or one a later Slurm adds)."""
     out = []
     for f in data.failures:
         s = f.finished
-        out.append(FailureRow(f.partition, s.get("COMPLETED", 0), s.get("FAILED", 0), s.get("CANCELLED", 0),
-                              s.get("TIMEOUT", 0), sum(s.get(k, 0) for k in OTHER_STATES), f.requeued,
-                              f.failed_gpu_hours))  # fmt: skip
+        row = FailureRow(
+            partition=f.partition,
+            completed=s.get(states.COMPLETED, 0),
+            failed=sum(n for state, n in s.items() if state in _FAILED_NOT_TIMEOUT),
+            cancelled=s.get(states.CANCELLED, 0),
+            timeout=s.get(states.TIMEOUT, 0),
+            other=sum(n for state, n in s.items() if state not in _NOT_OTHER),
+            requeued=f.requeued,
+            failed_gpu_hours=f.failed_gpu_hours,
+        )
+        out.append(row)
     return out
 
 

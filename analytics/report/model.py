@@ -64,12 +64,12 @@ class QueueRow:
 class FailureRow:
     partition: str
     completed: int
-    failed: int
+    failed: int  # FAILED, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE (exporter.slurm.states.FAILED but TIMEOUT)
     cancelled: int
     timeout: int
-    other: int  # NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, ...
+    other: int  # PREEMPTED, and any state a later Slurm adds
     requeued: int
-    failed_gpu_hours: float | None
+    failed_gpu_hours: float | None  # GPU-hours of the failed jobs, timed out ones included
 
 
 @dataclass(frozen=True)

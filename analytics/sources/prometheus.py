@@ -21,6 +21,7 @@ from analytics.sources import counters, kubernetes
 from analytics.sources.base import SourceUnavailable
 from analytics.sources.promapi import PromAPI, QueryError, rng
 from exporter.jobs import JobKey
+from exporter.slurm import states
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,7 +35,7 @@ GPU_COUNTERS = {
     "energy": "gpuledger_gpu_energy_joules_total",
 }
 JOB_LABELS = ("job_id", "user", "pod", "namespace", "container")
-FAILED = "FAILED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY"
+FAILED = states.regex(states.FAILED)
 
 
 class PrometheusSource:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.history import FinishedJob
+from exporter.slurm import states
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class QueueJob:
     name: str
     user: str
     partition: str
-    state: str  # PENDING, RUNNING, ...
+    state: str  # PENDING, RUNNING, ... (exporter.slurm.states)
     reason: str
     submit: float | None
     eligible: float | None
@@ -172,7 +173,7 @@ def sacct(text: str) -> list[FinishedJob]:
             continue  # still running, or a step
         start_t = local_time(start)
         state = state.split(" ", 1)[0]
-        if state == "CANCELLED" and start_t is not None and start_t >= end_t and not tres:
+        if state == states.CANCELLED and start_t is not None and start_t >= end_t and not tres:
             start_t = None  # cancelled while pending
         out.append(FinishedJob(
             cluster=cluster, job_id=job_id, name=name, user=user, partition=partition, state=state,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from exporter.history import FinishedJob, HistoryWriter
-from exporter.slurm import parse
+from exporter.slurm import parse, states
 from exporter.slurm.commands import SourceError, run
 from exporter.state import Histogram
 
@@ -34,13 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WAIT_BUCKETS: tuple[float, ...] = (10, 30, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 43200, 86400, 172800, 604800)
-FINISHED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-                   "BOOT_FAIL", "DEADLINE")  # fmt: skip
-REQUEUE_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")  # jobcomp's line for a requeued run
-# squeue states that prove a job ran. A job cancelled (or preempted) while pending shows a start
-# time too (= its end), so those wait for the finished record, whose node list tells.
-RAN_STATES = frozenset({"RUNNING", "COMPLETING", "COMPLETED", "SUSPENDED", "STOPPED", "FAILED", "TIMEOUT",
-                        "OUT_OF_MEMORY", "NODE_FAIL"})  # fmt: skip
 
 
 class _Hist:
@@ -175,13 +168,13 @@ class SlurmWatcher:
             self._sources["squeue"] = True
             for j in jobs:
                 self._partitions.add(j.partition)
-                if j.state == "PENDING":
+                if j.state == states.PENDING:
                     pending[j.partition] = pending.get(j.partition, 0) + 1
                     gpus[j.partition] = gpus.get(j.partition, 0) + j.gpus
                     if j.submit is not None:
                         oldest[j.partition] = max(oldest.get(j.partition, 0.0), now - j.submit)
-                elif j.start is not None and j.state in RAN_STATES:
-                    if j.state == "RUNNING":
+                elif j.start is not None and j.state in states.RAN:
+                    if j.state == states.RUNNING:
                         running[j.partition] = running.get(j.partition, 0) + 1
                     self._observe_start(j.job_id, j.partition, j.submit, j.eligible, j.start, now)
                 before = self._restarts.get(j.job_id)
@@ -273,7 +266,7 @@ class SlurmWatcher:
         records = []
         for line in complete.decode("utf-8", errors="replace").splitlines():
             state = parse.jobcomp_fields(line).get("JobState", "").split(" ", 1)[0]
-            if state in REQUEUE_STATES:
+            if state in states.REQUEUE:
                 continue  # the end of a run that was requeued; counted from squeue's restart count
             job = parse.jobcomp_line(line)
             if job is not None:
@@ -286,7 +279,7 @@ class SlurmWatcher:
         now = self._clock()
         argv = [self.s.sacct, "-a", "-X", "-n", "-P", f"--delimiter={parse.SACCT_SEP}", "-o", parse.SACCT_FIELDS,
                 "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._sacct_since)),
-                "-E", "now", "-s", ",".join(FINISHED_STATES)]  # fmt: skip
+                "-E", "now", "-s", ",".join(states.FINISHED)]  # fmt: skip
         try:
             records = parse.sacct(run(argv, self.s.command_timeout, self._env))
         except SourceError as e:
