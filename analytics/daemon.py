@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
-import html
 import logging
 import threading
 import time
@@ -29,10 +28,10 @@ from analytics.data import Window, last_full_week
 from analytics.metrics import ReportCollector, RunsCollector
 from analytics.service import make_report, make_source, out_dir
 from analytics.sources import Source, SourceUnavailable
+from daemonkit.http import MetricsServer, WebOptions, serve
 from exporter import __version__
 from exporter.config import split_listen
 from exporter.crontab import cron_trigger
-from exporter.web import MetricsServer, WebOptions
 
 log = logging.getLogger("gpuledger.analytics")
 WEEK = 7 * 86400
@@ -150,8 +149,7 @@ class Analytics:
         if weekly_first is not None:
             self.scheduler.add_job(self.weekly, id="weekly-catch-up", next_run_time=weekly_first)
         self.scheduler.start()
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5},
-                         name="gpuledger-analytics-http", daemon=True).start()  # fmt: skip
+        serve(self.server, name="gpuledger-analytics-http")
         log.info("gpuledger analytics %s serving %s/metrics (source %s, reports in %s, weekly at '%s' %s)",
                  __version__, self.url, self.source.name, self.reports_dir, a.cron, self.tz)  # fmt: skip
 
@@ -199,26 +197,6 @@ class AnalyticsSite:
         return f.read_bytes(), TYPES[f.suffix]
 
     def landing(self) -> str:
-        esc = html.escape
-        items = []
-        for path in sorted(self.a.reports_dir.glob("gpuledger-*.html"), reverse=True)[:20]:
-            items.append(f"<li><a href='/reports/{esc(path.name)}'>{esc(path.stem)}</a></li>")
-        rows = []
-        for window, r in sorted(self.a.reports().items()):
-            f = r.fleet
-            rows.append(f"<tr><td>{esc(window)}</td><td>{esc(r.week)}</td><td>{f.gpus}</td>"
-                        f"<td>{_pct(f.utilization)}</td><td>{f.total_cost:,.2f} {esc(r.currency)}</td>"
-                        f"<td>{'complete' if r.complete else 'incomplete'}</td></tr>")  # fmt: skip
-        return (
-            "<!doctype html><html><head><meta charset='utf-8'><title>gpuledger analytics</title></head><body>"
-            f"<h1>gpuledger analytics {esc(__version__)}</h1>"
-            f"<p>Source: <b>{esc(self.a.source.name)}</b> · time zone {esc(self.a.tz)}</p>"
-            "<p><a href='/metrics'>/metrics</a> · <a href='/healthz'>/healthz</a></p>"
-            "<table border='1' cellpadding='4'><tr><th>window</th><th>label</th><th>GPUs</th><th>utilisation</th>"
-            f"<th>total cost</th><th>data</th></tr>{''.join(rows)}</table>"
-            f"<h2>Reports</h2><ul>{''.join(items) or '<li>none yet</li>'}</ul></body></html>"
-        )
-
-
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.1f} %"
+        a = self.a
+        files = [f.name for f in a.reports_dir.glob("gpuledger-*") if f.suffix in TYPES]
+        return rpt.landing_page(a.reports(), files, a.source.name, a.tz, __version__)

@@ -24,10 +24,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import percentile, table, write_result
+from daemonkit.http import MetricsServer, WebOptions, serve
 from exporter.collector import Exposition
 from exporter.readers.fake import H200_LATENCIES, FakeReader
 from exporter.sampler import Sampler, SamplerOptions
-from exporter.web import ExporterSite, MetricsServer, WebOptions, serve
+from exporter.web import ExporterSite
 
 GPUS = 8
 HEADERS = {

@@ -10,6 +10,7 @@ import ssl
 import threading
 from types import FrameType
 
+from daemonkit.http import MetricsServer, WebOptions, serve
 from exporter import __version__, slowlane
 from exporter.attribution.attributor import Attribution, kubelet_socket
 from exporter.attribution.kubelet import DEFAULT_SOCKET
@@ -24,7 +25,7 @@ from exporter.readers.replay import ReplayReader
 from exporter.sampler import Sampler, SamplerOptions
 from exporter.slurm.watcher import SlurmWatcher
 from exporter.state import Extras
-from exporter.web import ExporterSite, MetricsServer, WebOptions, serve
+from exporter.web import ExporterSite
 
 log = logging.getLogger("gpuledger.exporter")
 

@@ -13,10 +13,11 @@ import bcrypt
 import pytest
 from conftest import http_get, make_cert, make_sampler, parse_metrics, step
 
+from daemonkit.http import MetricsServer, WebOptions, serve
 from exporter.collector import Exposition
 from exporter.readers.fake import FakeReader
 from exporter.sampler import Sampler
-from exporter.web import ExporterSite, MetricsServer, WebOptions, serve
+from exporter.web import ExporterSite
 
 
 def start_server(sampler: Sampler, stale_after: float = 10.0, **opts: object) -> MetricsServer:
@@ -99,6 +100,7 @@ def test_landing_page_and_404(node: tuple[FakeReader, Sampler, MetricsServer]) -
     assert code == 200 and headers["Content-Type"].startswith("text/html")
     page = body.decode()
     assert "href='/metrics'" in page and r.gpus[3].uuid in page
+    assert "GPUs up" in page and "4 / 4" in page and "fake" in page  # the snapshot's figures, not a bare list
     assert http_get(srv.url + "/nope")[0] == 404
 
 

@@ -1,8 +1,19 @@
 """The weekly report: its data model and renderers (JSON, CSV, Markdown, self-contained HTML)."""
 
-from analytics.report.html import to_html
+from analytics.report.html import landing_page, to_html
 from analytics.report.model import SCHEMA, Report
 from analytics.report.output import FORMATS, write
 from analytics.report.text import from_json, to_csv, to_json, to_markdown
 
-__all__ = ["FORMATS", "SCHEMA", "Report", "from_json", "to_csv", "to_html", "to_json", "to_markdown", "write"]
+__all__ = [
+    "FORMATS",
+    "SCHEMA",
+    "Report",
+    "from_json",
+    "landing_page",
+    "to_csv",
+    "to_html",
+    "to_json",
+    "to_markdown",
+    "write",
+]

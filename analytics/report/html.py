@@ -162,7 +162,9 @@ class _Window:
     files: list[tuple[str, str]]
 
 
-def landing(reports: Mapping[str, Report], files: Collection[str], source: str, timezone: str, version: str) -> str:
+def landing_page(
+    reports: Mapping[str, Report], files: Collection[str], source: str, timezone: str, version: str
+) -> str:
     """The analytics daemon's page at /: each served window's headline figures, and links to the
     report files (``files``: names in the reports folder, served under /reports/)."""
     order = [*(w for w in WINDOWS if w in reports), *sorted(set(reports) - WINDOWS.keys())]
@@ -174,7 +176,7 @@ def landing(reports: Mapping[str, Report], files: Collection[str], source: str, 
             for ext in (".html", ".md", ".json")
             if f"gpuledger-{r.week}{ext}" in files
         ]
-        heading = f"{WINDOWS.get(name, name)} · {r.week}"
+        heading = WINDOWS.get(name, name) + ("" if r.week.startswith("rolling") else f" · {r.week}")
         windows.append(_Window(name, heading, subtitle(r), summary(r), r, cards(r), own))
     pages = sorted((f for f in files if f.startswith("gpuledger-") and f.endswith(".html")), reverse=True)[:20]
     return render(
