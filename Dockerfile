@@ -17,6 +17,7 @@ COPY pyproject.toml README.md ./
 COPY gpuledger ./gpuledger
 COPY exporter ./exporter
 COPY analytics ./analytics
+COPY daemonkit ./daemonkit
 # wheels of gpuledger and of every dependency, grpcio included (the kubelet's pod-resources API
 # names the pods on Kubernetes nodes), so the final stage installs without an index
 RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[kubernetes]"
