@@ -16,7 +16,7 @@ import json
 import random
 import statistics
 import uuid as uuidlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -102,7 +102,15 @@ USERS = ("alice", "bob", "carol", "dave", "erin", "frank")
 
 
 def generate(window: Window, hosts: int = 2, gpus_per_host: int = 8, seed: int = 7,
-             idle_holders: int = 2, minute_step: int = 60) -> Fleet:  # fmt: skip
+             idle_holders: int = 2, minute_step: int = 60, anchor: float | None = None) -> Fleet:  # fmt: skip
+    """``anchor``: build the fleet as if the window began at this epoch, then move every time to
+    the window (the diurnal and weekday patterns stay those of the anchor). The same jobs, states
+    and rounds then land in the window whatever the hour it starts at: tests anchor at a fixed
+    epoch and shift the data to "now". Shifts by whole ``minute_step``s keep minute rows aligned."""
+    if anchor is not None and anchor != window.start:
+        at = Window(anchor, anchor + window.seconds, window.label, window.timezone)
+        built = generate(at, hosts, gpus_per_host, seed, idle_holders, minute_step)
+        return _shifted(built, window, window.start - anchor, minute_step)
     rng = random.Random(seed)
     sh = shapes()
     n_min = int(window.seconds // minute_step)
@@ -158,6 +166,17 @@ def generate(window: Window, hosts: int = 2, gpus_per_host: int = 8, seed: int =
     fleet = Fleet(window, devices, minutes, jobs, job_minutes, _bench(window, rng), Truth())
     fleet.truth = _truth(fleet, minute_step)
     return fleet
+
+
+def _shifted(f: Fleet, window: Window, offset: float, step: int) -> Fleet:
+    def move(t: float | None) -> float | None:
+        return None if t is None else t + offset
+
+    jobs = [replace(j, submit=j.submit + offset, start=move(j.start), end=j.end + offset) for j in f.jobs]
+    bench = [replace(b, finished=b.finished + offset) for b in f.bench]
+    moved = Fleet(window, f.devices, f.minutes, jobs, f.job_minutes, bench, Truth())
+    moved.truth = _truth(moved, step)
+    return moved
 
 
 def _weekday(t: float) -> int:

@@ -25,6 +25,49 @@ REPO = Path(__file__).resolve().parents[1]
 CAPTURE = REPO / "exporter" / "captures" / "h200-phases.jsonl"
 
 
+# Synthetic data is built at this fixed epoch (Sunday 2026-11-22 00:00 UTC) and shifted to where a
+# test needs it, so what falls in any window is the same whatever the hour the suite runs at.
+ANCHOR = 1_795_219_200.0
+
+
+def clock_now() -> float:
+    """The "now" that tests anchor windows and shifted data to: ``GPULEDGER_TEST_NOW`` (epoch
+    seconds) when set, so scripts/test-any-hour can run the time-dependent tests at many hours of a
+    week, else the wall clock. Only for what runs in-process or takes a clock: a real Prometheus
+    or a daemon in a child process reads the wall clock whatever this says."""
+    fake = os.environ.get("GPULEDGER_TEST_NOW")
+    return float(fake) if fake else time.time()
+
+
+class FakeMonotonic:
+    """``time`` for modules under test whose ``time.monotonic()`` must move only when the test
+    says (backoffs, grace periods, staleness): no dependency on how fast the machine runs."""
+
+    def __init__(self, start: float = 10_000.0) -> None:
+        self.now = start
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+
+@pytest.fixture
+def frozen_monotonic(monkeypatch: pytest.MonkeyPatch) -> FakeMonotonic:
+    """The sampler's and the web site's monotonic clock, moved by hand."""
+    import exporter.sampler
+    import exporter.web
+
+    fake = FakeMonotonic()
+    for module in (exporter.sampler, exporter.web):
+        monkeypatch.setattr(module, "time", fake)
+    return fake
+
+
 def require_binary(name: str) -> str:
     """Path of a binary the test needs. Outside CI a missing one skips with the reason; in CI
     (where .ci/run installs it) a missing one fails."""
@@ -72,7 +115,7 @@ def http_get(
         return e.code, dict(e.headers), e.read()
 
 
-def wait_until(pred: Callable[[], bool], timeout: float = 10.0, interval: float = 0.05) -> bool:
+def wait_until(pred: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         try:

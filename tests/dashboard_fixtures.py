@@ -8,9 +8,44 @@ import math
 from collections.abc import Iterator
 from typing import IO
 
+from conftest import ANCHOR
+from grafana_vars import RANGE_S
+
 from analytics import synthetic
+from analytics.data import Window
 from analytics.synthetic import Fleet
 from exporter.slurm.watcher import WAIT_BUCKETS
+
+HISTORY_DAYS = 22  # covers the week before the last full one, from any "now"
+BACKFILL_GAP = 180  # the backfilled day ends this long before now, before any live sample
+FAILED = ("FAILED", "TIMEOUT")
+
+
+def history_fleet(now: float) -> Fleet:
+    """The analytics daemon's history: HISTORY_DAYS up to ``now``, built at the fixed anchor."""
+    window = Window(now - HISTORY_DAYS * 86400, now, "history", "UTC")
+    return synthetic.generate(window, hosts=2, gpus_per_host=2, seed=3, anchor=ANCHOR)
+
+
+def backfill_day(now: float) -> Fleet:
+    """The same fleet's last day, ending BACKFILL_GAP before ``now``, built at the fixed anchor."""
+    window = Window(now - BACKFILL_GAP - RANGE_S, now - BACKFILL_GAP, "day", "UTC")
+    return synthetic.generate(window, hosts=2, gpus_per_host=2, seed=3, anchor=ANCHOR)
+
+
+def missing_states(day: Fleet, now: float) -> list[str]:
+    """What the panels need in the dashboards' range (the RANGE_S up to ``now``) that the day
+    lacks: jobs that ended completed and failed, a pending job, a benchmark round."""
+    start = now - RANGE_S
+    ended = {j.state for j in day.jobs if start <= j.end < now}
+    missing = [state for state in ("COMPLETED", "CANCELLED") if state not in ended]
+    if not ended & set(FAILED):
+        missing.append("FAILED or TIMEOUT")
+    if not any(start <= j.submit and (j.start is None or j.submit < j.start) for j in day.jobs):
+        missing.append("a job that waited")
+    if not any(start <= r.finished < now for r in day.bench):
+        missing.append("a benchmark round")
+    return missing
 
 
 # --- what the synthetic OpenMetrics lacks: health events, job identities, queue, benchmarks ---------

@@ -34,17 +34,20 @@ def _settings(tmp: Path, **analytics: object) -> FullSettings:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 4-GPU fleet from the start of last week (in TZ) up to now."""
+    """A 4-GPU fleet from before the start of last week (in TZ) up to now, built at a fixed anchor
+    and shifted: the same jobs whatever the hour."""
     tmp = tmp_path_factory.mktemp("daemon")
-    now = time.time() // 60 * 60
-    window = Window(last_full_week(now, TZ).start, now, "test", TZ)
-    synthetic.write_history(synthetic.generate(window, hosts=2, gpus_per_host=2, seed=3), tmp / "history.db")
+    now = clock_now() // 60 * 60
+    window = Window(now - HISTORY_DAYS * 86400, now, "test", TZ)
+    assert window.start < last_full_week(now, TZ).start
+    fleet = synthetic.generate(window, hosts=2, gpus_per_host=2, seed=3, anchor=ANCHOR)
+    synthetic.write_history(fleet, tmp / "history.db")
     return tmp
 
 
 @pytest.fixture
 def daemon(folder: Path) -> Iterator[Analytics]:
-    a = Analytics(_settings(folder))
+    a = Analytics(_settings(folder), clock=clock_now)
     a.start()
     yield a
     a.stop()
@@ -52,7 +55,7 @@ def daemon(folder: Path) -> Iterator[Analytics]:
 
 def test_catch_up_writes_last_week_and_metrics_match_it(daemon: Analytics, folder: Path) -> None:
     assert wait_until(lambda: {"week", "rolling_7d"} <= daemon.reports().keys(), 60)
-    label = last_full_week(time.time(), TZ).label
+    label = last_full_week(clock_now(), TZ).label
     written = from_json((folder / "reports" / f"gpuledger-{label}.json").read_text())
     assert written.complete and written.timezone == TZ and written.currency == "EUR"
     m = parse_metrics(http_get(daemon.url + "/metrics")[2].decode())
@@ -133,7 +136,7 @@ def test_a_failing_source_is_counted_and_the_rest_keeps_serving(folder: Path, tm
 def test_a_restart_serves_the_last_report_on_disk(daemon: Analytics, folder: Path) -> None:
     assert wait_until(lambda: "week" in daemon.reports(), 60)
     s = _settings(folder, listen=f"127.0.0.1:{free_port()}")
-    again = Analytics(s)
+    again = Analytics(s, clock=clock_now)
     again.load_latest()
     try:
         assert again.reports()["week"].week == daemon.reports()["week"].week

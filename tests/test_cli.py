@@ -120,7 +120,9 @@ def test_auto_reader_replays_the_bundled_capture_without_nvidia(
     exporter_process: Callable[..., ExporterProcess],
 ) -> None:
     p = exporter_process("--sample-interval", "0.2")
-    time.sleep(1.0)
+    assert wait_until(
+        lambda: sum(parse_metrics(p.metrics()).get("gpuledger_gpu_sampled_seconds_total", {}).values()) > 0
+    )
     m = parse_metrics(p.metrics())
     assert one(m, "gpuledger_exporter_info", reader="replay") == 1.0
     assert one(m, "gpuledger_gpu_info", model="NVIDIA H200") == 1.0
@@ -135,7 +137,12 @@ def test_sigterm_stops_cleanly_and_flushes_history(
 ) -> None:
     db = tmp_path / "h.db"
     p = exporter_process("--reader", "replay", "--replay-gpus", "2", "--history", str(db), "--sample-interval", "0.1")
-    time.sleep(1.0)
+
+    def sampled_over_a_second() -> bool:
+        sampled = parse_metrics(p.metrics()).get("gpuledger_gpu_sampled_seconds_total", {})
+        return len(sampled) == 2 and sum(sampled.values()) > 1.0
+
+    assert wait_until(sampled_over_a_second)
     p.stop()
     assert p.proc.returncode == 0, p.output
     import sqlite3

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, ExporterProcess, free_port, http_get, wait_until
-from dashboard_fixtures import write_extras
+from conftest import REPO, ExporterProcess, clock_now, free_port, http_get, wait_until
+from dashboard_fixtures import backfill_day, history_fleet, missing_states, write_extras
 from grafana_vars import RANGE_S, builtins, regex_value, seconds, substitute
 from promserver import PrometheusServer
 
 from analytics import synthetic, synthetic_om
-from analytics.data import Window, last_full_week
+from analytics.data import last_full_week
 from analytics.metrics import families
 from exporter.metrics import METRICS
 
@@ -285,6 +285,14 @@ def test_every_query_returns_data(live: Stack) -> None:
     assert not failures, "\n".join(failures)
 
 
+def test_the_synthetic_data_holds_every_state_at_any_hour() -> None:
+    """Built at a fixed anchor and shifted: the same jobs and rounds whatever "now" is."""
+    now = clock_now() // 60 * 60
+    assert not missing_states(backfill_day(now), now)
+    history = history_fleet(now)
+    assert history.window.start <= last_full_week(now).start - 7 * 86400 and history.window.end == now
+
+
 # --- the stack: a synthetic day backfilled, a replay exporter and the analytics daemon scraped -----
 GPUS_LIVE = 3
 LIVE = 'job="gpuledger-exporter"'
@@ -311,12 +319,14 @@ rules = [{{match_model = "H200", purchase_price = 30000, depreciation_years = 5,
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("dashboards")
+    # the live stack runs on the wall clock (Prometheus and the analytics daemon read it): data
+    # built at the fixed anchor is shifted to end now, every state the panels need in it
     now = time.time() // 60 * 60
-    # the analytics daemon's history: from the week before last up to now (week over week exists)
-    weeks = Window(last_full_week(now).start - 7 * 86400, now, "history", "UTC")
-    synthetic.write_history(synthetic.generate(weeks, hosts=2, gpus_per_host=2, seed=3), tmp / "history.db")
-    # the backfill: the same fleet's last day, ending two minutes ago (before any live sample)
-    day = synthetic.generate(Window(now - 180 - RANGE_S, now - 180, "day", "UTC"), hosts=2, gpus_per_host=2, seed=3)
+    # the analytics daemon's history: from before the week before last up to now (week over week exists)
+    synthetic.write_history(history_fleet(now), tmp / "history.db")
+    # the backfill: the same fleet's last day, ending three minutes ago (before any live sample)
+    day = backfill_day(now)
+    assert not missing_states(day, now)
     om = tmp / "day.om"
     synthetic_om.write(day, om)
     text = om.read_text().removesuffix("# EOF\n")

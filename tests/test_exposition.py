@@ -186,7 +186,7 @@ def test_promtool_accepts_the_real_exporter_output(
 ) -> None:
     p = exporter_process("--reader", "replay", "--replay-gpus", "4", "--sample-interval", "0.2")
     assert p.proc.poll() is None
-    time.sleep(1.5)
+    assert wait_until(lambda: "gpuledger_gpu_busy_seconds_total" in p.metrics())
     text = p.metrics()
     assert "gpuledger_gpu_busy_seconds_total" in text and "process_resident_memory_bytes" in text
     res = promtool_check(text)

@@ -4,11 +4,10 @@ hostile names in the exposition."""
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from conftest import make_sampler, parse_metrics, require_binary, step
+from conftest import FakeMonotonic, make_sampler, parse_metrics, require_binary, step
 from procfs_fixtures import K8S_SYSTEMD_V2, PLAIN_USER, SLURM_V1, make_proc
 
 from exporter import exposition, history
@@ -79,7 +78,9 @@ def node(tmp_path: Path) -> tuple[FakeReader, Attribution, Path]:
     return r, Attribution(proc, passwd), tmp_path
 
 
-def test_the_sampler_keeps_per_job_series(node: tuple[FakeReader, Attribution, Path]) -> None:
+def test_the_sampler_keeps_per_job_series(
+    node: tuple[FakeReader, Attribution, Path], frozen_monotonic: FakeMonotonic
+) -> None:
     r, attribution, _ = node
     s = make_sampler(r, job_grace=1.0)
     s.attribution = attribution
@@ -107,7 +108,7 @@ def test_the_sampler_keeps_per_job_series(node: tuple[FakeReader, Attribution, P
     info = {dict(k)["user"] for k in m["gpuledger_gpu_job_info"]}
     assert info == {"alice", "root"}  # info: only jobs holding a GPU now
     assert any(dict(k)["user"] == 'ev"il\\user ü <script>' for k in m["gpuledger_job_gpu_busy_seconds_total"])
-    time.sleep(1.2)
+    frozen_monotonic.advance(1.2)  # past the grace period
     step(s, r, 1.0)
     assert evil not in s.snapshot.gpus[0].jobs
 

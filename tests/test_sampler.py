@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from conftest import make_sampler, step
+from conftest import FakeMonotonic, make_sampler, step, wait_until
 
 from exporter.readers import (
     GpmActivity,
@@ -154,7 +152,7 @@ def test_lost_gpu_from_the_slow_lane() -> None:
     assert [g.up for g in s.snapshot.gpus] == [False, True]
 
 
-def test_no_driver_serves_nvml_down_then_recovers_with_backoff() -> None:
+def test_no_driver_serves_nvml_down_then_recovers_with_backoff(frozen_monotonic: FakeMonotonic) -> None:
     r = FakeReader(1, open_error=ReaderUnavailable("Driver Not Loaded", call="open"))
     s = make_sampler(r, nvml_retry_max=0.2)
     s.tick()
@@ -164,12 +162,12 @@ def test_no_driver_serves_nvml_down_then_recovers_with_backoff() -> None:
         s.tick()  # inside the backoff window: no new open attempt
     assert r.opened == 1
     r.open_error = None
-    time.sleep(0.25)
+    frozen_monotonic.advance(0.25)
     s.tick()
     assert s.snapshot.nvml_up and len(s.snapshot.gpus) == 1
 
 
-def test_reader_going_away_marks_everything_down_and_reinitialises() -> None:
+def test_reader_going_away_marks_everything_down_and_reinitialises(frozen_monotonic: FakeMonotonic) -> None:
     r = FakeReader(2)
     s = make_sampler(r, nvml_retry_max=0.1)
     s.tick()
@@ -178,7 +176,7 @@ def test_reader_going_away_marks_everything_down_and_reinitialises() -> None:
     r.advance(1.0)
     s.tick()
     assert not s.snapshot.nvml_up and not any(g.up for g in s.snapshot.gpus)
-    time.sleep(1.1)
+    frozen_monotonic.advance(1.1)
     step(s, r, 1.0, ticks=2)
     snap = s.snapshot
     assert snap.nvml_up and all(g.up for g in snap.gpus)
@@ -215,13 +213,14 @@ def test_xid_events_are_counted_by_the_watcher_thread() -> None:
         r.emit_xid(1, 79)
         r.emit_xid(1, 79)
         r.emit_xid(0, 48)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+
+        def counted() -> bool:
             s.tick()
             g0, g1 = s.snapshot.gpus
-            if g1.counters.xid_errors.get(79) == 2 and g0.counters.xid_errors.get(48) == 1:
-                break
-            time.sleep(0.05)
+            return g1.counters.xid_errors.get(79) == 2 and g0.counters.xid_errors.get(48) == 1
+
+        wait_until(counted)
+        g0, g1 = s.snapshot.gpus
         assert g1.counters.xid_errors == {79: 2} and g0.counters.xid_errors == {48: 1}
     finally:
         s.stop()
@@ -232,9 +231,8 @@ def test_xid_watcher_stops_quietly_when_unsupported() -> None:
     r.fail("wait_xid", error=NotSupported("no events"))
     s = make_sampler(r)
     s.start()
-    time.sleep(0.2)
     xid_threads = [t for t in s._threads if t.name == "gpuledger-xid"]
-    assert xid_threads and not xid_threads[0].is_alive()
+    assert xid_threads and wait_until(lambda: not xid_threads[0].is_alive())
     s.stop()
 
 

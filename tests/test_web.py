@@ -5,13 +5,12 @@ from __future__ import annotations
 import base64
 import gzip
 import ssl
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import bcrypt
 import pytest
-from conftest import http_get, make_cert, make_sampler, parse_metrics, step
+from conftest import FakeMonotonic, http_get, make_cert, make_sampler, parse_metrics, step, wait_until
 
 from daemonkit.http import MetricsServer, WebOptions, serve
 from exporter.collector import Exposition
@@ -56,8 +55,10 @@ def test_metrics_are_served_while_the_reader_hangs() -> None:
     s.start()
     srv = start_server(s)
     try:
-        r.hang("utilization")  # the sampler thread is now stuck inside the reader
-        time.sleep(0.2)
+        before = r.calls.get("utilization", 0)
+        r.hang("utilization")
+        # a call counted after the hang is one stuck inside the reader
+        assert wait_until(lambda: r.calls.get("utilization", 0) > before)
         codes = [http_get(srv.url + "/metrics", timeout=5)[0] for _ in range(5)]
         assert codes == [200] * 5  # a scrape that waited on the reader would never return
         assert http_get(srv.url + "/healthz", timeout=5)[0] == 200
@@ -77,7 +78,7 @@ def test_gzip_and_plain_bodies_agree(node: tuple[FakeReader, Sampler, MetricsSer
     assert parse_metrics(plain.decode())["gpuledger_nvml_up"][()] == 1.0
 
 
-def test_healthz_is_200_while_fresh_and_503_when_stale() -> None:
+def test_healthz_is_200_while_fresh_and_503_when_stale(frozen_monotonic: FakeMonotonic) -> None:
     r = FakeReader(1)
     s = make_sampler(r)
     s.tick()
@@ -85,7 +86,7 @@ def test_healthz_is_200_while_fresh_and_503_when_stale() -> None:
     try:
         code, _, body = http_get(srv.url + "/healthz")
         assert code == 200 and b'"status": "ok"' in body and b'"gpus_up": 1' in body
-        time.sleep(0.4)  # the sampler has stopped ticking
+        frozen_monotonic.advance(0.4)  # the sampler has stopped ticking
         code, _, body = http_get(srv.url + "/healthz")
         assert code == 503 and b'"status": "stale"' in body
         s.tick()
