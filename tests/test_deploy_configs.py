@@ -20,22 +20,19 @@ from deploy_files import (
     KUBERNETES_DIR,
     PROMETHEUS_CONFIG,
     REPO,
-    load_yaml,
-    load_yaml_all,
-)
-
-from exporter.config import split_listen
-
-if str(REPO) not in sys.path:  # grafana/ is no installed package
-    sys.path.insert(0, str(REPO))
-
-from compose_model import (
     STACK_FILES,
     Json,
     container_ports,
+    load_yaml,
+    load_yaml_all,
     mounts,
     stack,
 )
+
+from daemonkit.settings import split_listen
+
+if str(REPO) not in sys.path:  # grafana/ is no installed package
+    sys.path.insert(0, str(REPO))
 
 from grafana.panels import DATASOURCE_UID
 

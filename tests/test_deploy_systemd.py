@@ -281,7 +281,7 @@ def systemd_analyze() -> str:
 def rewritten_units(dest: Path) -> list[Path]:
     """Copies of the units whose ExecStart runs the project's virtualenv instead of /opt/gpuledger."""
     if not VENV_GPULEDGER.exists():
-        pytest.fail(f"{VENV_GPULEDGER} missing (pip install -e . in .venv)")
+        pytest.fail(f"{VENV_GPULEDGER} missing (pip install -e . in the virtualenv running the tests)")
     out = []
     for src in sorted(SYSTEMD_DIR.glob("*.service")):
         text = src.read_text()

@@ -74,6 +74,7 @@ class DevStack:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
         self.env.update(
             DEV_STACK_DIR=str(state),
+            VENV=str(VENV_GPULEDGER.parent.parent),  # the virtualenv running these tests
             READER="replay",
             SCRAPE_INTERVAL="1s",
             EXPORTER_PORT=str(self.ports["exporter"]),
@@ -129,7 +130,7 @@ def dev_stack(tmp_path: Path) -> Iterator[DevStack]:
     require_binary("prometheus")
     require_binary("prometheus-alertmanager")
     if not VENV_GPULEDGER.exists():
-        pytest.fail(f"{VENV_GPULEDGER} missing: scripts/dev-stack runs the project's .venv")
+        pytest.fail(f"{VENV_GPULEDGER} missing: scripts/dev-stack runs the virtualenv running the tests")
     stack = DevStack(tmp_path / "stack")
     try:
         yield stack
