@@ -53,28 +53,38 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
             if i + n > len(buf):
                 raise PodResourcesError("truncated field")
             value, i = buf[i : i + n], i + n
-        elif wire == 1:
-            value, i = buf[i : i + 8], i + 8
-        elif wire == 5:
-            value, i = buf[i : i + 4], i + 4
+        elif wire in (1, 5):  # fixed64, fixed32
+            n = 8 if wire == 1 else 4
+            if i + n > len(buf):
+                raise PodResourcesError("truncated field")
+            value, i = buf[i : i + n], i + n
         else:
             raise PodResourcesError(f"unsupported wire type {wire}")
         yield num, wire, value
 
 
-def _text(b: Any) -> str:
-    return bytes(b).decode("utf-8", errors="replace")
+def _delimited(buf: bytes) -> Iterator[tuple[int, bytes]]:
+    """(field number, bytes) of the length-delimited fields: every field the decoder reads is a
+    string or a message; one of another wire type under the same number is an unknown field, as
+    protobuf reads it (skipped, not taken for the string or message)."""
+    for num, wire, value in fields(buf):
+        if wire == 2:
+            yield num, value
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", errors="replace")
 
 
 def parse_list_response(buf: bytes, resource_prefix: str = "nvidia.com/") -> dict[str, PodDevice]:
     """GPU UUID -> pod for every device of a resource named ``nvidia.com/...``."""
     out: dict[str, PodDevice] = {}
-    for num, _, pod_msg in fields(buf):
+    for num, pod_msg in _delimited(buf):
         if num != 1:  # ListPodResourcesResponse.pod_resources
             continue
         name = namespace = ""
         containers: list[bytes] = []
-        for n, _, v in fields(pod_msg):
+        for n, v in _delimited(pod_msg):
             if n == 1:
                 name = _text(v)
             elif n == 2:
@@ -84,14 +94,14 @@ def parse_list_response(buf: bytes, resource_prefix: str = "nvidia.com/") -> dic
         for c in containers:
             cname = ""
             devices: list[bytes] = []
-            for n, _, v in fields(c):
+            for n, v in _delimited(c):
                 if n == 1:
                     cname = _text(v)
                 elif n == 2:
                     devices.append(v)
             for d in devices:
                 resource, ids = "", []
-                for n, _, v in fields(d):
+                for n, v in _delimited(d):
                     if n == 1:
                         resource = _text(v)
                     elif n == 2:
