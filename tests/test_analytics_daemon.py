@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import http.client
-import time
 import zoneinfo
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import free_port, http_get, one, parse_metrics, wait_until
+from conftest import ANCHOR, clock_now, free_port, http_get, one, parse_metrics, wait_until
 
 from analytics import synthetic
 from analytics.config import FullSettings
@@ -21,6 +20,7 @@ from analytics.report import from_json
 from exporter.crontab import cron_trigger, weekdays
 
 TZ = "America/New_York"
+HISTORY_DAYS = 15  # the last full week (in TZ, DST included) starts less than 15 days before any now
 
 
 def _settings(tmp: Path, **analytics: object) -> FullSettings:

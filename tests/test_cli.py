@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import CAPTURE, REPO, ExporterProcess, http_get, one, parse_metrics, run_cli
+from conftest import CAPTURE, REPO, ExporterProcess, http_get, one, parse_metrics, run_cli, wait_until
 
 from exporter import config
 

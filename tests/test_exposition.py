@@ -5,11 +5,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-import time
 from collections.abc import Callable
 
 import pytest
-from conftest import REPO, ExporterProcess, make_sampler, parse_metrics, require_binary, step
+from conftest import REPO, ExporterProcess, make_sampler, parse_metrics, require_binary, step, wait_until
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
