@@ -11,7 +11,11 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
-from deploy_files import (
+
+from analytics.config import AnalyticsSettings, FullSettings
+from daemonkit.settings import split_listen
+from exporter.config import WebSettings, default_history_path
+from tests.support.deploy_files import (
     ALERT_RULES,
     ALERTMANAGER_CONFIG,
     COMPOSE_DIR,
@@ -50,10 +54,6 @@ from deploy_files import (
     writable_at,
     yaml_files,
 )
-
-from analytics.config import AnalyticsSettings, FullSettings
-from daemonkit.settings import split_listen
-from exporter.config import WebSettings, default_history_path
 
 COMPOSE_TAG = re.compile(r"!(reset|override)\b")
 

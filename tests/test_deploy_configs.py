@@ -11,7 +11,9 @@ import sys
 
 import pytest
 from conftest import require_binary
-from deploy_files import (
+
+from daemonkit.settings import split_listen
+from tests.support.deploy_files import (
     ALERT_RULES,
     ALERTMANAGER_CONFIG,
     GRAFANA_DASHBOARDS,
@@ -28,8 +30,6 @@ from deploy_files import (
     mounts,
     stack,
 )
-
-from daemonkit.settings import split_listen
 
 if str(REPO) not in sys.path:  # grafana/ is no installed package
     sys.path.insert(0, str(REPO))

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import pytest
 from conftest import REPO, ExporterProcess, free_port
-from deploy_files import DOCKERFILE
+
+from tests.support.deploy_files import DOCKERFILE
 
 # ---------------------------------------------------------------------------------------------
 # Dockerfile

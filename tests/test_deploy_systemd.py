@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from deploy_files import DEPLOY_DOC, INSTALLED_GPULEDGER, SYSTEMD_DIR, VENV_GPULEDGER
+
+from tests.support.deploy_files import DEPLOY_DOC, INSTALLED_GPULEDGER, SYSTEMD_DIR, VENV_GPULEDGER
 
 # ---------------------------------------------------------------------------------------------
 # systemd units

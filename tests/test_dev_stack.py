@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import yaml
 from conftest import REPO, free_port, http_get, require_binary, wait_until
-from deploy_files import DEPLOY_DOC, DEV_STACK, RULES_DIR, VENV_GPULEDGER
+
+from tests.support.deploy_files import DEPLOY_DOC, DEV_STACK, RULES_DIR, VENV_GPULEDGER
 
 # ---------------------------------------------------------------------------------------------
 # scripts/dev-stack

@@ -21,7 +21,7 @@ import yaml
 
 from gpuledger.cli import build_parser
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 
 COMPOSE_DIR = DEPLOY / "compose"
