@@ -28,13 +28,26 @@ def row(minute: int, sampled: float = 60.0, busy: float = 30.0, sm: float | None
     return MinuteRow(minute=minute, info=DEV, values=values)
 
 
+def write(path: Path, rows: list[MinuteRow], hostname: str) -> None:
+    """Through the writer, as the daemon does: one writer per run of the exporter."""
+    w = history.HistoryWriter(path, hostname=hostname)
+    w.submit(rows)
+    w.stop()
+
+
+def insert(db: sqlite3.Connection, rows: list[MinuteRow], hostname: str) -> None:
+    with history.transaction(db):
+        history.insert_minutes(db, rows, hostname)
+
+
 def test_rows_round_trip_and_a_minute_written_twice_adds_up(tmp_path: Path) -> None:
     db = history.connect(tmp_path / "h.db")
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert db.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION
-    history.write_rows(db, [row(0), row(60)], "node1")
-    history.write_rows(db, [row(60, sampled=30.0, busy=10.0, sm=5.0)], "node1")  # a restart mid-minute
-    t = history.totals(db, 0, 120)["GPU-aaaa"]
+    write(tmp_path / "h.db", [row(0), row(60)], "node1")
+    write(tmp_path / "h.db", [row(60, sampled=30.0, busy=10.0, sm=5.0)], "node1")  # a restart mid-minute
+    [t] = history.gpu_hours(db, 0, 120)
+    assert t.uuid == "GPU-aaaa" and t.hour == 0
     assert t.minutes == 2
     assert t.values["sampled_seconds"] == 150.0 and t.values["busy_seconds"] == 70.0
     assert t.values["sm_active_seconds"] == 5.0  # NULL + 5 = 5: not measured before, measured after
@@ -63,7 +76,7 @@ def test_writer_thread_commits_and_prunes_old_rows(tmp_path: Path) -> None:
     now = 400 * 86400 + 1_000_000
     w = history.HistoryWriter(tmp_path / "h.db", hostname="n", retention_days=400, clock=lambda: float(now))
     db = history.connect(tmp_path / "h.db")
-    history.write_rows(db, [row(1_000_000 - 60), row(1_000_000 + 60)], "n")  # one too old, one kept
+    insert(db, [row(1_000_000 - 60), row(1_000_000 + 60)], "n")  # one too old, one kept
     w.start()
     w.submit([row(now - 120)])
     w.submit([row(now - 60)])
@@ -120,7 +133,8 @@ CHILD = textwrap.dedent(
     minute = int(sys.argv[2])
     while True:
         rows = [MinuteRow(minute, d, {f: float(minute + d.index) for f in ROLLUP_FIELDS}) for d in devs]
-        history.write_rows(db, rows, "node")
+        with history.transaction(db):
+            history.insert_minutes(db, rows, "node")
         print(minute, flush=True)
         minute += 60
     """

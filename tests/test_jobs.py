@@ -132,11 +132,12 @@ def test_job_minutes_reach_the_history(node: tuple[FakeReader, Attribution, Path
     w = history.HistoryWriter(tmp / "h.db", hostname="n")
     w.submit(rows)
     w.stop()
-    totals = history.job_totals(db, 0, 10**10)
+    totals = {(t.uuid, t.job): t for t in history.job_totals(db, 0, 10**10)}
     g0 = s._gpus[0]  # the state the final partial minute was cut from (the snapshot lags the slow lane)
     assert len(g0.jobs.jobs) == 2
     for key, c in g0.jobs.jobs.items():
-        sampled, busy, energy = totals[(g0.info.uuid, key)]
+        t = totals[(g0.info.uuid, key)]
+        sampled, busy, energy = t.sampled_seconds, t.busy_seconds, t.energy_joules
         assert sampled == pytest.approx(c.sampled_seconds) and busy == pytest.approx(c.busy_seconds)
         assert energy == pytest.approx(c.energy_joules)
 

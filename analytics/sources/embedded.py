@@ -19,7 +19,6 @@ from analytics.data import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, 
 from analytics.sources.base import SourceUnavailable, percentile
 from exporter import history
 from exporter.benchmarks.results import allreduce_from, train_from
-from exporter.jobs import JobKey
 
 FAILED_STATES = ("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
@@ -46,51 +45,37 @@ class EmbeddedSource:
                         approximations=("pending GPU-hours count finished jobs only",))  # fmt: skip
 
     def _gpus(self, w: Window) -> list[GpuWeek]:
-        rows = self.db.execute("SELECT uuid, hostname, gpu_index, model FROM gpus")
-        ident = {u: (h, m, str(i)) for u, h, i, m in rows}
+        ident = history.gpus(self.db)
         n_hours = math.ceil(w.hours)
         acc: dict[str, dict[str, list[float]]] = {}
         measured: dict[str, set[str]] = defaultdict(set)
-        rows = self.db.execute(
-            "SELECT uuid, CAST((minute - ?) / 3600 AS INTEGER), sum(sampled_seconds), sum(busy_seconds), "
-            "sum(sm_active_seconds), count(sm_active_seconds), sum(allocated_seconds), sum(allocated_idle_seconds), "
-            "sum(energy_joules), count(energy_joules) FROM gpu_minutes WHERE minute >= ? AND minute < ? "
-            "GROUP BY uuid, 2",
-            (int(w.start), int(w.start), int(w.end)),
-        )
-        for uuid, h, sampled, busy, sm, n_sm, alloc, idle, energy, n_energy in rows:
-            a = acc.setdefault(uuid, {k: [0.0] * n_hours for k in ("sampled", "busy", "sm", "alloc", "idle", "energy")})
-            for key, v in (("sampled", sampled), ("busy", busy), ("sm", sm), ("alloc", alloc), ("idle", idle),
-                           ("energy", energy)):  # fmt: skip
-                a[key][h] += v or 0.0
-            if n_sm:
-                measured[uuid].add("sm")
-            if n_energy:
-                measured[uuid].add("energy")
+        for hour in history.gpu_hours(self.db, int(w.start), int(w.end)):
+            a = acc.setdefault(hour.uuid, {f: [0.0] * n_hours for f in hour.values})
+            for f, v in hour.values.items():
+                a[f][hour.hour] += v or 0.0
+                if v is not None:
+                    measured[hour.uuid].add(f)
         out = []
         for uuid, a in sorted(acc.items()):
-            host, model, gpu = ident.get(uuid, ("", "", ""))
-            has_energy = "energy" in measured[uuid]
+            g = ident.get(uuid)
+            host, model, gpu = (g.hostname, g.model, str(g.index)) if g else ("", "", "")
+            has_energy = "energy_joules" in measured[uuid]
+            energy = a["energy_joules"]
             out.append(GpuWeek(
                 uuid=uuid, host=host, model=model, gpu=gpu,
-                sampled_s=sum(a["sampled"]), busy_s=sum(a["busy"]),
-                sm_active_s=sum(a["sm"]) if "sm" in measured[uuid] else None,
-                allocated_s=sum(a["alloc"]), allocated_idle_s=sum(a["idle"]),
-                energy_j=sum(a["energy"]) if has_energy else None,
-                energy_by_hour=tuple(a["energy"]) if has_energy else None,
-                daily=_daily(w, a["sampled"], a["busy"], a["energy"] if has_energy else None),
+                sampled_s=sum(a["sampled_seconds"]), busy_s=sum(a["busy_seconds"]),
+                sm_active_s=sum(a["sm_active_seconds"]) if "sm_active_seconds" in measured[uuid] else None,
+                allocated_s=sum(a["allocated_seconds"]), allocated_idle_s=sum(a["allocated_idle_seconds"]),
+                energy_j=sum(energy) if has_energy else None,
+                energy_by_hour=tuple(energy) if has_energy else None,
+                daily=_daily(w, a["sampled_seconds"], a["busy_seconds"], energy if has_energy else None),
             ))  # fmt: skip
         return out
 
     def _jobs(self, w: Window, hosts: dict[str, str]) -> list[JobWeek]:
-        rows = self.db.execute(
-            "SELECT uuid, job_id, user, pod, namespace, container, sum(sampled_seconds), sum(busy_seconds), "
-            "sum(energy_joules) FROM job_minutes WHERE minute >= ? AND minute < ? "
-            "GROUP BY uuid, job_id, user, pod, namespace, container ORDER BY uuid, job_id, user",
-            (int(w.start), int(w.end)),
-        )
         return [
-            JobWeek(uuid, hosts.get(uuid, ""), JobKey(j, u, p, n, c), s, b, e) for uuid, j, u, p, n, c, s, b, e in rows
+            JobWeek(t.uuid, hosts.get(t.uuid, ""), t.job, t.sampled_seconds, t.busy_seconds, t.energy_joules)
+            for t in history.job_totals(self.db, int(w.start), int(w.end))
         ]
 
     def _scheduler(self, w: Window) -> tuple[list[QueueWeek], list[FailureWeek]]:

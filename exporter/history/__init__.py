@@ -1,22 +1,25 @@
 """Embedded history: per-minute counter increments per GPU and per job, benchmark records and
 finished scheduler jobs in SQLite, for a single node that runs no Prometheus."""
 
+from exporter.history.reads import (
+    GpuHour,
+    GpuIdentity,
+    JobTotals,
+    bench_records,
+    finished_jobs,
+    gpu_hours,
+    gpus,
+    job_totals,
+)
 from exporter.history.schema import SCHEMA_VERSION, HistoryError, connect
 from exporter.history.tables import (
     BenchRecord,
     FinishedJob,
-    GpuTotals,
-    bench_records,
-    finished_jobs,
     insert_bench,
     insert_job_minutes,
     insert_jobs,
     insert_minutes,
-    job_totals,
-    totals,
     transaction,
-    write_bench,
-    write_rows,
 )
 from exporter.history.writer import MAX_PENDING, HistoryWriter
 
@@ -25,19 +28,20 @@ __all__ = [
     "SCHEMA_VERSION",
     "BenchRecord",
     "FinishedJob",
-    "GpuTotals",
+    "GpuHour",
+    "GpuIdentity",
     "HistoryError",
     "HistoryWriter",
+    "JobTotals",
     "bench_records",
     "connect",
     "finished_jobs",
+    "gpu_hours",
+    "gpus",
     "insert_bench",
     "insert_job_minutes",
     "insert_jobs",
     "insert_minutes",
     "job_totals",
-    "totals",
     "transaction",
-    "write_bench",
-    "write_rows",
 ]

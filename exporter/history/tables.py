@@ -1,15 +1,14 @@
 """What the history holds, table by table: records, inserts (inside a caller's transaction)
-and reads."""
+and retention. Reads are in ``exporter.history.reads``."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.jobs import JobKey
 from exporter.state import ROLLUP_FIELDS, JobMinuteRow, MinuteRow
 
 
@@ -44,13 +43,6 @@ class FinishedJob:
     gpus: int
     exit_code: str
     restarts: int
-
-
-@dataclass(frozen=True, slots=True)
-class GpuTotals:
-    uuid: str
-    minutes: int
-    values: dict[str, float | None]
 
 
 @contextmanager
@@ -120,18 +112,17 @@ def insert_jobs(db: sqlite3.Connection, jobs: Sequence[FinishedJob]) -> None:
     )  # fmt: skip
 
 
-def write_rows(db: sqlite3.Connection, rows: Iterable[MinuteRow], hostname: str) -> int:
-    rows = list(rows)
-    with transaction(db):
-        insert_minutes(db, rows, hostname)
-    return len(rows)
-
-
-def write_bench(db: sqlite3.Connection, records: Iterable[BenchRecord]) -> int:
-    records = list(records)
-    with transaction(db):
-        insert_bench(db, records)
-    return len(records)
+def delete_before(db: sqlite3.Connection, cutoff: float) -> int:
+    """Remove every row older than cutoff (epoch seconds); the number of rows removed."""
+    n = 0
+    for sql in (
+        "DELETE FROM gpu_minutes WHERE minute < ?",
+        "DELETE FROM job_minutes WHERE minute < ?",
+        "DELETE FROM bench_runs WHERE finished < ?",
+        "DELETE FROM jobs WHERE end < ?",
+    ):
+        n += db.execute(sql, (cutoff,)).rowcount
+    return n
 
 
 INSERTS: dict[type, Callable[[sqlite3.Connection, list[Any], str], None]] = {
@@ -141,48 +132,3 @@ INSERTS: dict[type, Callable[[sqlite3.Connection, list[Any], str], None]] = {
     FinishedJob: lambda db, rows, _host: insert_jobs(db, rows),
 }
 """How the writer stores each kind of item it is handed."""
-
-
-def bench_records(db: sqlite3.Connection, since: float = 0.0) -> list[BenchRecord]:
-    """Benchmark records in time order (for restoring state and for trends)."""
-    rows = db.execute(
-        "SELECT finished, bench, result, duration, backend, world_size, data FROM bench_runs "
-        "WHERE finished >= ? ORDER BY finished, id",
-        (since,),
-    )
-    return [BenchRecord(*r) for r in rows]
-
-
-def finished_jobs(db: sqlite3.Connection, start: float, end: float) -> list[FinishedJob]:
-    """Jobs that ended in [start, end), in end order."""
-    rows = db.execute(
-        "SELECT cluster, job_id, name, user, partition, state, submit, eligible, start, end, gpus, exit_code, "
-        "restarts FROM jobs WHERE end >= ? AND end < ? ORDER BY end, job_id",
-        (start, end),
-    )
-    return [FinishedJob(*r) for r in rows]
-
-
-def job_totals(db: sqlite3.Connection, start: int, end: int) -> dict[tuple[str, JobKey], tuple[float, float, float]]:
-    """(uuid, job) -> (sampled, busy, energy) summed over minutes in [start, end)."""
-    out = {}
-    for uuid, *labels, s, b, e in db.execute(
-        "SELECT uuid, job_id, user, pod, namespace, container, sum(sampled_seconds), sum(busy_seconds), "
-        "sum(energy_joules) FROM job_minutes WHERE minute >= ? AND minute < ? "
-        "GROUP BY uuid, job_id, user, pod, namespace, container",
-        (start, end),
-    ):
-        out[(uuid, JobKey(*labels))] = (s, b, e)
-    return out
-
-
-def totals(db: sqlite3.Connection, start: int, end: int) -> dict[str, GpuTotals]:
-    """Sum of every rollup per GPU over minutes in [start, end)."""
-    sums = ", ".join(f"sum({f})" for f in ROLLUP_FIELDS)
-    out: dict[str, GpuTotals] = {}
-    for row in db.execute(
-        f"SELECT uuid, count(*), {sums} FROM gpu_minutes WHERE minute >= ? AND minute < ? GROUP BY uuid",
-        (start, end),
-    ):
-        out[row[0]] = GpuTotals(row[0], int(row[1]), dict(zip(ROLLUP_FIELDS, row[2:], strict=True)))
-    return out

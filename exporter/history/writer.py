@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from exporter.history.reads import bench_records
 from exporter.history.schema import connect
-from exporter.history.tables import INSERTS, BenchRecord, bench_records, transaction
+from exporter.history.tables import INSERTS, BenchRecord, delete_before, transaction
 from exporter.state import HistoryStats, MinuteRow
 
 log = logging.getLogger(__name__)
@@ -119,14 +120,7 @@ class HistoryWriter:
         self._pruned_at = self._clock()
         cutoff = int(self._pruned_at) - self.retention_seconds
         try:
-            n = 0
-            for sql in (
-                "DELETE FROM gpu_minutes WHERE minute < ?",
-                "DELETE FROM job_minutes WHERE minute < ?",
-                "DELETE FROM bench_runs WHERE finished < ?",
-                "DELETE FROM jobs WHERE end < ?",
-            ):
-                n += self._db.execute(sql, (cutoff,)).rowcount
+            n = delete_before(self._db, cutoff)
             if n:
                 log.info("history: removed %d rows older than the retention", n)
         except sqlite3.Error as e:

@@ -1,0 +1,100 @@
+"""Reads of the history, each returning typed records: what the analytics source and the
+daemon's start-up need, and the only place outside ``schema`` and ``tables`` that knows the SQL."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from exporter.history.tables import BenchRecord, FinishedJob
+from exporter.jobs import JobKey
+from exporter.state import ROLLUP_FIELDS
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdentity:
+    """A GPU as last seen by the exporter that wrote the file."""
+
+    uuid: str
+    hostname: str
+    index: int
+    model: str
+    pci_bus_id: str
+    first_seen: int  # epoch seconds of its first and last minute
+    last_seen: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHour:
+    """One GPU's rollups summed over the minutes of one hour of a window."""
+
+    uuid: str
+    hour: int  # hours since the window's start: 0 covers [start, start + 3600)
+    minutes: int  # minutes written
+    values: Mapping[str, float | None]  # by rollup field; None: no minute of the hour measured it
+
+
+@dataclass(frozen=True, slots=True)
+class JobTotals:
+    """One job's increments on one GPU, summed over a window."""
+
+    uuid: str
+    job: JobKey
+    sampled_seconds: float
+    busy_seconds: float
+    energy_joules: float
+
+
+def gpus(db: sqlite3.Connection) -> dict[str, GpuIdentity]:
+    """Every GPU the file has rows for, by uuid."""
+    rows = db.execute("SELECT uuid, hostname, gpu_index, model, pci_bus_id, first_seen, last_seen FROM gpus")
+    return {r[0]: GpuIdentity(*r) for r in rows}
+
+
+_HOURLY = (
+    "SELECT uuid, CAST((minute - ?) / 3600 AS INTEGER) AS hour, count(*), "
+    + ", ".join(f"sum({f})" for f in ROLLUP_FIELDS)
+    + " FROM gpu_minutes WHERE minute >= ? AND minute < ? GROUP BY uuid, hour ORDER BY uuid, hour"
+)
+
+
+def gpu_hours(db: sqlite3.Connection, start: int, end: int) -> list[GpuHour]:
+    """Rollups per GPU and hour over minutes in [start, end), hours counted from start, in uuid
+    and hour order. A sum is None when every minute of the hour left that counter unmeasured."""
+    return [
+        GpuHour(uuid, int(hour), int(n), dict(zip(ROLLUP_FIELDS, sums, strict=True)))
+        for uuid, hour, n, *sums in db.execute(_HOURLY, (start, start, end))
+    ]
+
+
+def job_totals(db: sqlite3.Connection, start: int, end: int) -> list[JobTotals]:
+    """Per GPU and job, increments summed over minutes in [start, end), in uuid and job order."""
+    rows = db.execute(
+        "SELECT uuid, job_id, user, pod, namespace, container, sum(sampled_seconds), sum(busy_seconds), "
+        "sum(energy_joules) FROM job_minutes WHERE minute >= ? AND minute < ? "
+        "GROUP BY uuid, job_id, user, pod, namespace, container "
+        "ORDER BY uuid, job_id, user, pod, namespace, container",
+        (start, end),
+    )
+    return [JobTotals(uuid, JobKey(j, u, p, n, c), s, b, e) for uuid, j, u, p, n, c, s, b, e in rows]
+
+
+def bench_records(db: sqlite3.Connection, since: float = 0.0) -> list[BenchRecord]:
+    """Benchmark records in time order (for restoring state and for trends)."""
+    rows = db.execute(
+        "SELECT finished, bench, result, duration, backend, world_size, data FROM bench_runs "
+        "WHERE finished >= ? ORDER BY finished, id",
+        (since,),
+    )
+    return [BenchRecord(*r) for r in rows]
+
+
+def finished_jobs(db: sqlite3.Connection, start: float, end: float) -> list[FinishedJob]:
+    """Jobs that ended in [start, end), in end order."""
+    rows = db.execute(
+        "SELECT cluster, job_id, name, user, partition, state, submit, eligible, start, end, gpus, exit_code, "
+        "restarts FROM jobs WHERE end >= ? AND end < ? ORDER BY end, job_id",
+        (start, end),
+    )
+    return [FinishedJob(*r) for r in rows]

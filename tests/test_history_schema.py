@@ -1,0 +1,209 @@
+"""The history schema is frozen per version: a golden ``sqlite_master``, files made by earlier
+versions opened and migrated with every row intact, and files newer than the code refused.
+
+``tests/data/history-v{1,2,3}.sqlite`` were written by the code at commit e30d1e1 (schema v3,
+run with ``SCHEMA_VERSION`` set to 1, 2 and 3) through its own insert functions; see
+``tests/data/README.md``. They are never regenerated: a new schema version adds a new file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from exporter import history
+from exporter.history.schema import MIGRATIONS
+from exporter.jobs import JobKey
+from exporter.state import ROLLUP_FIELDS
+
+TESTS = Path(__file__).resolve().parent
+DATA = TESTS / "data"
+GOLDEN = TESTS / "golden" / "history-schema.sql"
+
+H0 = 1_800_000_000  # the first hour of the committed files, 2027-01-15 08:00 UTC
+GPU0 = "GPU-0f0e0d0c-0000-4000-8000-000000000000"
+GPU1 = "GPU-1a1b1c1d-0000-4000-8000-000000000003"
+TABLES = {1: ("gpus", "gpu_minutes"), 2: ("bench_runs",), 3: ("job_minutes", "jobs")}
+"""The tables each version added, and so the ones a file of that version has rows in."""
+
+
+def schema_dump(db: sqlite3.Connection) -> str:
+    """``sqlite_master`` in creation order, as SQL a reader can diff."""
+    lines = [f"-- PRAGMA user_version = {db.execute('PRAGMA user_version').fetchone()[0]}"]
+    for kind, name, table, sql in db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid"):
+        lines.append(f"\n-- {kind} {name} on {table}")
+        lines.append(f"{sql};" if sql else "-- (made by SQLite itself, no SQL)")
+    return "\n".join(lines) + "\n"
+
+
+def fresh(tmp_path: Path) -> sqlite3.Connection:
+    return history.connect(tmp_path / "fresh.sqlite")
+
+
+def copy_of(version: int, tmp_path: Path) -> Path:
+    """A writable copy of a committed file (never open the committed one: opening migrates)."""
+    path = tmp_path / f"history-v{version}.sqlite"
+    shutil.copyfile(DATA / path.name, path)
+    return path
+
+
+Row = dict[str, object]
+
+
+def raw_rows(path: Path) -> dict[str, list[Row]]:
+    """Every row of every table, straight from SQLite, by table, as column -> value."""
+    db = sqlite3.connect(path)
+    db.row_factory = sqlite3.Row
+    try:
+        names = [n for (n,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        return {n: sorted((dict(r) for r in db.execute(f"SELECT * FROM {n}")), key=repr) for n in names}
+    finally:
+        db.close()
+
+
+def test_a_fresh_file_has_the_golden_schema(tmp_path: Path) -> None:
+    text = schema_dump(fresh(tmp_path))
+    if os.environ.get("GPULEDGER_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), (
+        "the history schema changed. An intended change is a new migration at the end of "
+        "exporter/history/schema.py (never an edit of an old one); then rerun with "
+        "GPULEDGER_UPDATE_GOLDEN=1 and review the diff of tests/golden/history-schema.sql"
+    )
+
+
+def test_the_schema_stores_every_rollup_field(tmp_path: Path) -> None:
+    columns = [r[1] for r in fresh(tmp_path).execute("PRAGMA table_info(gpu_minutes)")]
+    assert columns == ["uuid", "minute", *ROLLUP_FIELDS], (
+        "ROLLUP_FIELDS and the gpu_minutes table disagree: a new counter needs a new migration "
+        "(ALTER TABLE gpu_minutes ADD COLUMN <name> REAL) in exporter/history/schema.py"
+    )
+
+
+def test_migrations_are_numbered_one_to_the_current_version() -> None:
+    assert sorted(MIGRATIONS) == list(range(1, history.SCHEMA_VERSION + 1))
+    assert history.SCHEMA_VERSION >= max(TABLES)
+
+
+@pytest.mark.parametrize("version", sorted(TABLES))
+def test_an_old_file_migrates_with_every_row_intact(version: int, tmp_path: Path) -> None:
+    path = copy_of(version, tmp_path)
+    before = raw_rows(path)
+    assert set(before) >= {t for v in TABLES if v <= version for t in TABLES[v]}
+    assert all(before[t] for v in TABLES if v <= version for t in TABLES[v]), "every table of the file has rows"
+    db = history.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    db.close()
+    after = raw_rows(path)
+    for table, rows in before.items():
+        kept = [{c: r[c] for c in rows[0]} for r in after[table]] if rows else after[table]
+        assert kept == rows, f"{table}: rows changed in migrating v{version}"
+        added = {c: v for r in after[table] for c, v in r.items() if c not in rows[0]} if rows else {}
+        assert set(added.values()) <= {None}, f"{table}: a column added later is NULL (not measured) in old rows"
+    for table in set(after) - set(before):
+        assert after[table] == [], f"{table}: added by a migration, so empty"
+
+
+@pytest.mark.parametrize("version", sorted(TABLES))
+def test_a_migrated_file_has_the_same_schema_as_a_fresh_one(version: int, tmp_path: Path) -> None:
+    """Exactly the same, column order included: a fresh file is made by the same migrations, so a
+    column added by ALTER TABLE comes last in both."""
+    migrated = history.connect(copy_of(version, tmp_path))
+    assert schema_dump(migrated) == schema_dump(fresh(tmp_path))
+    for (table,) in migrated.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+        info = f"PRAGMA table_info({table})"
+        assert list(migrated.execute(info)) == list(fresh(tmp_path).execute(info)), table
+
+
+def test_the_reads_understand_a_v1_file(tmp_path: Path) -> None:
+    db = history.connect(copy_of(1, tmp_path))
+    gpus = history.gpus(db)
+    assert gpus[GPU0] == history.GpuIdentity(GPU0, "node-a", 0, "NVIDIA H200", "00000000:19:00.0", H0, H0 + 61 * 60)
+    assert gpus[GPU1] == history.GpuIdentity(
+        GPU1, "node-b", 3, "NVIDIA A100-SXM4-80GB", "00000000:C1:00.0", H0, H0 + 58 * 60
+    )
+    hours = {(h.uuid, h.hour): h for h in history.gpu_hours(db, H0, H0 + 7200)}
+    assert sorted(hours) == [(GPU0, 0), (GPU0, 1), (GPU1, 0)]
+    h = hours[(GPU0, 0)]  # minutes 0, 1, 2, 58, 59
+    assert h.minutes == 5
+    assert h.values["busy_seconds"] == 30.0 * 5 + (0 + 1 + 2 + 58 + 59)
+    assert h.values["energy_joules"] == 6000.0 * 5 + 100.0 * 120
+    assert hours[(GPU0, 1)].values["sm_active_seconds"] == 20.0 * 2 + 0.5 * (60 + 61)
+    a100 = hours[(GPU1, 0)]  # no GPM, no energy counter: not measured, never 0
+    assert a100.minutes == 4 and a100.values["busy_seconds"] == 12.0 * (1 + 2 + 3 + 59)
+    assert a100.values["sm_active_seconds"] is None and a100.values["energy_joules"] is None
+    assert history.bench_records(db) == [] and history.finished_jobs(db, 0, 10**10) == []
+    assert history.job_totals(db, 0, 10**10) == []
+
+
+def test_the_reads_understand_v2_benchmarks_and_v3_jobs(tmp_path: Path) -> None:
+    v2 = history.connect(copy_of(2, tmp_path))
+    records = history.bench_records(v2)
+    assert [(r.finished, r.bench, r.result, r.duration, r.backend, r.world_size) for r in records] == [
+        (H0 + 120.5, "allreduce", "ok", 7.5, "nccl", 1),
+        (H0 + 3700.25, "train", "failed", 3.0, "nccl", 2),
+        (H0 + 3800.0, "allreduce", "skipped_busy", None, "gloo", 2),
+    ]
+    assert records[1].data == "rank 1 exited with code 1" and records[2].data is None
+    v3 = history.connect(copy_of(3, tmp_path))
+    jobs = history.finished_jobs(v3, H0, H0 + 7200)
+    assert [(j.job_id, j.state, j.start, j.end, j.gpus, j.restarts) for j in jobs] == [
+        ("4243", "FAILED", H0 + 70.0, H0 + 200.0, 2, 1),
+        ("4244", "CANCELLED", None, H0 + 900.0, 4, 0),
+        ("4242", "COMPLETED", H0 - 60.0, H0 + 3720.0, 1, 0),
+    ]
+    totals = history.job_totals(v3, H0, H0 + 3600)
+    assert [t.job for t in totals] == [JobKey(pod="train-7d9f", namespace="ml", container="trainer"),
+                                       JobKey(job_id="4242", user="ada")]  # fmt: skip
+    for t in totals:  # minutes 0, 1, 2, 58, 59 of the first hour
+        assert (t.uuid, t.sampled_seconds) == (GPU0, 30.0 * 5)
+        assert t.busy_seconds == 15.0 * 5 + 120 and t.energy_joules == 3000.0 * 5 + 50.0 * 120
+
+
+def test_an_old_file_opened_read_only_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    path = copy_of(1, tmp_path)
+    with pytest.raises(history.HistoryError, match="schema v1 needs migrating; open it with the exporter once"):
+        history.connect(path, readonly=True)
+    assert raw_rows(path) == raw_rows(DATA / path.name)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_file_newer_than_the_code_is_refused_untouched(readonly: bool, tmp_path: Path) -> None:
+    path = tmp_path / "newer.sqlite"
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE from_the_future (x)")
+    raw.execute(f"PRAGMA user_version = {history.SCHEMA_VERSION + 1}")
+    raw.commit()
+    raw.close()
+    before = path.read_bytes()
+    with pytest.raises(history.HistoryError) as e:
+        history.connect(path, readonly=readonly)
+    assert str(e.value) == (
+        f"{path}: history schema v{history.SCHEMA_VERSION + 1} is newer than this gpuledger understands "
+        f"(v{history.SCHEMA_VERSION}); upgrade gpuledger to open it"
+    )
+    assert path.read_bytes() == before  # not even switched to WAL
+    assert not path.with_name(path.name + "-wal").exists()
+
+
+def test_a_failed_migration_leaves_the_file_at_its_version(tmp_path: Path) -> None:
+    path = copy_of(1, tmp_path)
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE job_minutes (x)")  # in the way of migration 3
+    raw.commit()
+    raw.close()
+    before = raw_rows(path)
+    with pytest.raises(history.HistoryError, match="migrating the history schema to v3 failed: table job_minutes"):
+        history.connect(path)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 2  # migration 2 went through, 3 rolled back
+    assert "jobs" not in {n for (n,) in db.execute("SELECT name FROM sqlite_master")}
+    db.close()
+    after = raw_rows(path)
+    assert after == {**before, "bench_runs": [], "sqlite_sequence": []}
