@@ -82,9 +82,6 @@ class PriceRule(_Model):
         depreciation = (self.purchase_price - self.residual_value) / (self.depreciation_years * HOURS_PER_YEAR)
         return depreciation + (self.yearly_operations + self.yearly_infrastructure) / HOURS_PER_YEAR
 
-    def fixed_yearly(self) -> float:
-        return self.hourly() * HOURS_PER_YEAR
-
 
 EXAMPLE_RULE = PriceRule(
     purchase_price=35_000, residual_value=5_000, depreciation_years=4, yearly_operations=1_500,
@@ -125,20 +122,12 @@ class CostModel(_Model):
         return self.energy_price_per_kwh
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Cost:
+    """One GPU's cost over a window."""
+
     hardware: float
     energy: float
-
-    @property
-    def total(self) -> float:
-        return self.hardware + self.energy
-
-    def __add__(self, other: Cost) -> Cost:
-        return Cost(self.hardware + other.hardware, self.energy + other.energy)
-
-
-ZERO = Cost(0.0, 0.0)
 
 
 def energy_cost(model: CostModel, rule: PriceRule | None, joules: float | None,

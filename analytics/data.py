@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 
 from exporter.jobs import JobKey
 
-HOURS_PER_WEEK = 168
-
 
 @dataclass(frozen=True)
 class Window:
@@ -133,10 +131,23 @@ class WeekData:
     problems: tuple[str, ...] = ()  # parts that could not be read: the report is incomplete
 
 
-def days(w: Window) -> list[tuple[float, float, str]]:
-    """The window's local days: (start, end, YYYY-MM-DD); a DST day is 23 or 25 hours long."""
+@dataclass(frozen=True, slots=True)
+class Day:
+    """One local day of a window, clipped to it: [start, end) in epoch seconds."""
+
+    start: float
+    end: float
+    date: str  # YYYY-MM-DD in the window's time zone
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def days(w: Window) -> list[Day]:
+    """The window's local days; a DST day is 23 or 25 hours long."""
     tz = zoneinfo.ZoneInfo(w.timezone)
-    out: list[tuple[float, float, str]] = []
+    out: list[Day] = []
     day = dt.datetime.fromtimestamp(w.start, tz).date()
     while True:
         s = dt.datetime.combine(day, dt.time(), tzinfo=tz).timestamp()
@@ -144,5 +155,5 @@ def days(w: Window) -> list[tuple[float, float, str]]:
         s, e = max(s, w.start), min(e, w.end)
         if s >= w.end:
             return out
-        out.append((s, e, day.isoformat()))
+        out.append(Day(s, e, day.isoformat()))
         day += dt.timedelta(days=1)

@@ -15,7 +15,7 @@ from analytics.data import Window
 from analytics.sources.counters import day_totals, hourly
 from analytics.sources.promapi import PromAPI
 
-DAY0 = 1795219200  # Sunday 2026-11-22 00:00 UTC
+DAY0 = 1795219200  # Saturday 2026-11-21 00:00 UTC
 STEP = 60
 H = 3600
 # uuid -> (first sample, last sample, reset at, gap (start, end)): times from DAY0
@@ -69,8 +69,9 @@ COUNTERS = {"sampled": "gpuledger_gpu_sampled_seconds_total", "busy": "gpuledger
 def test_day_totals_are_exact_or_within_the_data_prometheus_holds(api: PromAPI) -> None:
     w = Window(DAY0, DAY0 + 2 * 86400, "two days", "UTC")
     queries_before = api.queries
-    per_day, labels = day_totals(api, w, COUNTERS, "sampled", "gpuledger_gpu_info")
-    got = {u: [day["sampled"].get(u) for day in per_day] for u in GPUS}
+    totals = day_totals(api, w, COUNTERS, "sampled", "gpuledger_gpu_info")
+    assert [d.day.date for d in totals.days] == ["2026-11-21", "2026-11-22"]
+    got = {u: [day.get("sampled", u) for day in totals.days] for u in GPUS}
     truth = {u: [_truth(u, 0, 86400), _truth(u, 86400, 2 * 86400)] for u in GPUS}
     assert got["GPU-steady"] == truth["GPU-steady"] == [86400.0, 86400.0]  # boundary values: exact
     # the rest were redone with increase(): within one scrape interval of what was scraped
@@ -84,8 +85,9 @@ def test_day_totals_are_exact_or_within_the_data_prometheus_holds(api: PromAPI) 
     for day in (0, 1):
         g = got["GPU-gap"][day]
         assert g is not None and truth["GPU-gap"][day] - 8 * 60 - STEP <= g <= truth["GPU-gap"][day]
-    assert per_day[0]["busy"]["GPU-reset"] == pytest.approx(per_day[0]["sampled"]["GPU-reset"] / 2)
-    assert set(labels) == set(GPUS) and labels["GPU-brief"]["model"] == "NVIDIA H200"
+    assert totals.days[0].get("busy", "GPU-reset") == pytest.approx(totals.days[0].growth["sampled"]["GPU-reset"] / 2)
+    assert set(totals.labels) == set(GPUS) and totals.labels["GPU-brief"]["model"] == "NVIDIA H200"
+    assert totals.total("sampled", "GPU-steady") == 2 * 86400.0 and totals.total("sampled", "GPU-none") is None
     # 3 boundaries x (2 counters + info) + 2 resets() + 2 days x 2 counters redone + 1 info lookup
     assert api.queries - queries_before == 9 + 2 + 4 + 1
 

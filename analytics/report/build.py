@@ -12,12 +12,11 @@ their apportioned energy.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from analytics.cost import JOULES_PER_KWH, CostModel, breakeven_utilisation, gpu_cost
+from analytics.cost import JOULES_PER_KWH, CostModel, PriceRule, breakeven_utilisation, gpu_cost
 from analytics.data import GpuWeek, WeekData, days
 from analytics.report import judge
 from analytics.report.model import CostRow, DayRow, FailureRow, PriceRow, QueueRow, RentRow, Report
@@ -42,7 +41,7 @@ def _sum(values: Iterable[float | None]) -> float | None:
     return None if all(v is None for v in vs) else sum(v or 0.0 for v in vs)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Fig:
     """One GPU's (or job's) week, in seconds, joules and money."""
 
@@ -114,28 +113,53 @@ def build(data: WeekData, cost: CostModel, *, previous: WeekData | None = None, 
     hourly: dict[str, float] = {}  # uuid -> hardware cost of an hour
     per_joule: dict[str, float] = {}  # uuid -> the GPU's effective energy price (tariff included)
     unpriced: set[str] = set()
-    prices: dict[tuple[str, str], list[Any]] = {}
+    priced: dict[tuple[str, str], PriceRule] = {}  # (host, model) -> the rule that prices its GPUs
+    priced_gpus: Counter[tuple[str, str]] = Counter()
     for g in data.gpus:
         rule = cost.rule_for(g.model, g.host)
         if rule is None:
             unpriced.add(f"{g.model} on {g.host}")
         else:
-            p = prices.setdefault((g.host, g.model), [rule, 0])
-            p[1] += 1
+            priced.setdefault((g.host, g.model), rule)
+            priced_gpus[(g.host, g.model)] += 1
         hourly[g.uuid] = rule.hourly() if rule is not None else 0.0
         c = gpu_cost(cost, rule, w.hours, g.energy_j, g.energy_by_hour, w.start, w.timezone)
         per_joule[g.uuid] = c.energy / g.energy_j if g.energy_j else 0.0
         useful = _useful(g, cost)
-        fig = _Fig(1, w.seconds, g.sampled_s, g.busy_s, useful, g.sm_active_s, g.allocated_s, g.allocated_idle_s,
-                   g.energy_j, c.hardware, c.energy, hourly[g.uuid] * max(0.0, w.seconds - useful) / 3600)  # fmt: skip
+        fig = _Fig(
+            gpus=1,
+            available_s=w.seconds,
+            sampled_s=g.sampled_s,
+            busy_s=g.busy_s,
+            useful_s=useful,
+            sm_s=g.sm_active_s,
+            alloc_s=g.allocated_s,
+            idle_s=g.allocated_idle_s,
+            energy_j=g.energy_j,
+            hardware=c.hardware,
+            energy_cost=c.energy,
+            idle_cost=hourly[g.uuid] * max(0.0, w.seconds - useful) / 3600,
+        )
         fleet.add(fig)
         for group, key in (("host", g.host), ("model", g.model), ("gpu", f"{g.host}/{g.gpu} {g.uuid}")):
             groups[group][key].add(fig)
     for j in data.jobs:
         # a job pays its GPU's hourly rate for the hours it held it, and its share of the energy
-        fig = _Fig(0, j.sampled_s, j.sampled_s, j.busy_s, j.busy_s, None, j.sampled_s, None, j.energy_j,
-                   hourly.get(j.uuid, 0.0) * j.sampled_s / 3600, j.energy_j * per_joule.get(j.uuid, 0.0),
-                   hourly.get(j.uuid, 0.0) * max(0.0, j.sampled_s - j.busy_s) / 3600)  # fmt: skip
+        rate = hourly.get(j.uuid, 0.0)
+        fig = _Fig(
+            gpus=0,
+            available_s=j.sampled_s,
+            sampled_s=j.sampled_s,
+            busy_s=j.busy_s,
+            useful_s=j.busy_s,
+            sm_s=None,
+            alloc_s=j.sampled_s,
+            idle_s=None,
+            energy_j=j.energy_j,
+            hardware=rate * j.sampled_s / 3600,
+            energy_cost=j.energy_j * per_joule.get(j.uuid, 0.0),
+            idle_cost=rate * max(0.0, j.sampled_s - j.busy_s) / 3600,
+        )
         groups["user"][j.job.user or "(unknown)"].add(fig)
         key = j.job.job_id or (f"{j.job.namespace}/{j.job.pod}" if j.job.pod else f"{j.job.user or '?'} (no job)")
         groups["job"][key].add(fig)
@@ -164,18 +188,18 @@ def build(data: WeekData, cost: CostModel, *, previous: WeekData | None = None, 
         deltas=judge.deltas(fleet_row, prev_report.fleet if prev_report else None,
                             _queue(data), prev_report.queue if prev_report else []),
         notes=["example prices: set [cost] for yours"] if cost.example_prices else [],
-        prices=[PriceRow(host, model, rule.kind, n, rule.hourly(), rule.energy_included, cost.example_prices)
-                for (host, model), (rule, n) in sorted(prices.items())],
+        prices=[PriceRow(host, model, rule.kind, priced_gpus[(host, model)], rule.hourly(), rule.energy_included,
+                         cost.example_prices) for (host, model), rule in sorted(priced.items())],
     )  # fmt: skip
 
 
 def _daily(data: WeekData) -> list[DayRow]:
     out = []
-    for i, (_, _, label) in enumerate(days(data.window)):
+    for i, day in enumerate(days(data.window)):
         per = [g.daily[i] for g in data.gpus if i < len(g.daily)]
         energies = [e for _, _, e in per]
         energy = _sum(energies)
-        out.append(DayRow(label, sum(s for s, _, _ in per) / 3600, sum(b for _, b, _ in per) / 3600,
+        out.append(DayRow(day.date, sum(s for s, _, _ in per) / 3600, sum(b for _, b, _ in per) / 3600,
                           None if energy is None else energy / JOULES_PER_KWH))  # fmt: skip
     return out
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from analytics.data import Window, days
+from analytics.data import Day, Window, days
 from analytics.sources.promapi import PromAPI, Series, rng
 
-PerDay = list[dict[str, dict[str, float]]]  # day -> counter kind -> uuid -> growth
 MANY = 64  # more GPUs than this to redo in a day: select them all rather than by a long regex
 
 
@@ -41,16 +41,43 @@ def _by_uuid(series: list[Series]) -> dict[str, float]:
     return {s.labels.get("uuid", ""): s.value for s in series}
 
 
-def day_totals(api: PromAPI, w: Window, counters: Mapping[str, str], reset_kind: str,
-               info: str) -> tuple[PerDay, dict[str, dict[str, str]]]:  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class DayGrowth:
+    """One local day of the window: each counter's growth per GPU (a GPU without data that day
+    is absent)."""
+
+    day: Day
+    growth: Mapping[str, Mapping[str, float]]  # counter kind -> uuid -> growth
+
+    def get(self, kind: str, uuid: str) -> float | None:
+        return self.growth[kind].get(uuid)
+
+
+@dataclass(frozen=True, slots=True)
+class DayTotals:
+    """What ``day_totals`` found: the window's days, and each GPU's ``info`` labels."""
+
+    days: tuple[DayGrowth, ...]
+    labels: Mapping[str, Mapping[str, str]]  # uuid -> labels
+
+    def total(self, kind: str, uuid: str) -> float | None:
+        """The counter's growth over the window; None when no day has data for this GPU."""
+        values = [v for d in self.days if (v := d.get(kind, uuid)) is not None]
+        return sum(values) if values else None
+
+    def uuids(self, kind: str) -> set[str]:
+        """GPUs with growth of ``kind`` on some day."""
+        return {u for d in self.days for u in d.growth[kind]}
+
+
+def day_totals(api: PromAPI, w: Window, counters: Mapping[str, str], reset_kind: str, info: str) -> DayTotals:
     """Growth of each counter per GPU and local day of ``w``; and each GPU's ``info`` labels."""
     spans = days(w)
-    bounds = [spans[0][0], *(end for _, end, _ in spans)]
+    bounds = [spans[0].start, *(d.end for d in spans)]
     kinds = list(counters)
     queries = [(f"sum by (uuid) ({counters[k]})", t) for t in bounds for k in kinds]
     queries += [(info, t) for t in bounds]
-    queries += [(f"max by (uuid) (resets({counters[reset_kind]}[{rng(end - start)}]))", end)
-                for start, end, _ in spans]  # fmt: skip
+    queries += [(f"max by (uuid) (resets({counters[reset_kind]}[{rng(d.seconds)}]))", d.end) for d in spans]
     answers = api.query_many(queries)
     n = len(kinds)
     at = [dict(zip(kinds, map(_by_uuid, answers[i * n : (i + 1) * n]), strict=True)) for i in range(len(bounds))]
@@ -60,7 +87,7 @@ def day_totals(api: PromAPI, w: Window, counters: Mapping[str, str], reset_kind:
             labels.setdefault(s.labels.get("uuid", ""), s.labels)
     resets = [_by_uuid(a) for a in answers[len(bounds) * (n + 1) :]]
 
-    per_day: PerDay = []
+    per_day: list[dict[str, dict[str, float]]] = []  # day -> counter kind -> uuid -> growth
     redo: list[tuple[int, set[str]]] = []
     for d in range(len(spans)):
         a, b = at[d], at[d + 1]
@@ -72,7 +99,7 @@ def day_totals(api: PromAPI, w: Window, counters: Mapping[str, str], reset_kind:
         if bad:
             redo.append((d, bad))
     if redo:
-        fix = [(f"sum by (uuid) (increase({counters[k]}{_only(bad)}[{rng(spans[d][1] - spans[d][0])}]))", spans[d][1])
+        fix = [(f"sum by (uuid) (increase({counters[k]}{_only(bad)}[{rng(spans[d].seconds)}]))", spans[d].end)
                for d, bad in redo for k in kinds]  # fmt: skip
         for i, series in enumerate(api.query_many(fix)):
             d, bad = redo[i // n]
@@ -82,7 +109,7 @@ def day_totals(api: PromAPI, w: Window, counters: Mapping[str, str], reset_kind:
         for s in api.query(f"last_over_time({info}{_only(missing)}[{rng(w.seconds)}])", w.end):
             if s.labels.get("uuid", "") in missing:
                 labels.setdefault(s.labels.get("uuid", ""), s.labels)
-    return per_day, labels
+    return DayTotals(tuple(DayGrowth(day, growth) for day, growth in zip(spans, per_day, strict=True)), labels)
 
 
 def hourly(api: PromAPI, w: Window, counter: str) -> dict[str, list[float]]:

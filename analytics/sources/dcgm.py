@@ -11,6 +11,9 @@ What its data allows, and how (each listed in the report's approximations):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from analytics.config import PrometheusSettings
 from analytics.data import GpuWeek, WeekData, Window, days
 from analytics.sources import kubernetes
@@ -28,6 +31,21 @@ APPROXIMATIONS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Figures:
+    """One GPU's figures over a span, from dcgm-exporter's gauges."""
+
+    sampled: float  # seconds covered: scrapes x the scrape interval
+    busy: float
+    sm: float | None  # None without profiling metrics
+    energy: float | None  # joules: the energy counter, else average power x time covered
+
+
+def _total(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
 class DcgmSource:
     name = "dcgm"
 
@@ -38,7 +56,7 @@ class DcgmSource:
     def _by_uuid(self, expr: str, at: float) -> dict[str, float]:
         return {s.labels.get("UUID", ""): s.value for s in self.api.query(expr, at)}
 
-    def _figures(self, start: float, end: float) -> dict[str, dict[str, float]]:
+    def _figures(self, start: float, end: float) -> dict[str, _Figures]:
         r = rng(end - start)
         interval = self.s.dcgm_scrape_interval
         count = self._by_uuid(f"sum by (UUID) (count_over_time({UTIL}[{r}]))", end)
@@ -49,41 +67,37 @@ class DcgmSource:
         out = {}
         for uuid, n in count.items():
             sampled = min(n * interval, end - start)
-            out[uuid] = {"sampled": sampled, "busy": util.get(uuid, 0.0) / 100 * sampled}
-            if uuid in sm:
-                out[uuid]["sm"] = sm[uuid] * sampled
-            if uuid in energy:
-                out[uuid]["energy"] = energy[uuid]
-            elif uuid in power:
-                out[uuid]["energy"] = power[uuid] * sampled
+            out[uuid] = _Figures(
+                sampled=sampled,
+                busy=util.get(uuid, 0.0) / 100 * sampled,
+                sm=sm[uuid] * sampled if uuid in sm else None,
+                energy=energy[uuid] if uuid in energy else power[uuid] * sampled if uuid in power else None,
+            )
         return out
 
     def week(self, w: Window, *, jobs: bool = True) -> WeekData:  # dcgm-exporter has no per-job series
         problems: list[str] = []
         labels: dict[str, dict[str, str]] = {}
         try:  # day by day, as the gpuledger source: each query's samples stay bounded
-            per_day = []
-            for start, end, _ in days(w):
-                for series in self.api.query(f"last_over_time({UTIL}[{rng(end - start)}])", end):
+            per_day: list[dict[str, _Figures]] = []  # day -> uuid -> figures
+            for day in days(w):
+                for series in self.api.query(f"last_over_time({UTIL}[{rng(day.seconds)}])", day.end):
                     labels.setdefault(series.labels.get("UUID", ""), series.labels)
-                per_day.append(self._figures(start, end))
+                per_day.append(self._figures(day.start, day.end))
         except QueryError as e:
             raise SourceUnavailable(f"prometheus {self.s.url}: dcgm-exporter series: {e}") from e
-
-        def total(uuid: str, kind: str) -> float | None:
-            values = [d[uuid][kind] for d in per_day if kind in d.get(uuid, {})]
-            return sum(values) if values else None
 
         gpus = []
         for uuid in sorted({u for d in per_day for u in d}):
             lab = labels.get(uuid, {})
+            mine = [d[uuid] for d in per_day if uuid in d]
             gpus.append(GpuWeek(
                 uuid=uuid, host=lab.get("Hostname", lab.get("instance", "")), model=lab.get("modelName", ""),
-                gpu=lab.get("gpu", ""), sampled_s=total(uuid, "sampled") or 0.0, busy_s=total(uuid, "busy") or 0.0,
-                sm_active_s=total(uuid, "sm"), allocated_s=None, allocated_idle_s=None,
-                energy_j=total(uuid, "energy"),
-                daily=tuple((d.get(uuid, {}).get("sampled", 0.0), d.get(uuid, {}).get("busy", 0.0),
-                             d.get(uuid, {}).get("energy")) for d in per_day),
+                gpu=lab.get("gpu", ""), sampled_s=sum(f.sampled for f in mine), busy_s=sum(f.busy for f in mine),
+                sm_active_s=_total(f.sm for f in mine), allocated_s=None, allocated_idle_s=None,
+                energy_j=_total(f.energy for f in mine),
+                daily=tuple((f.sampled, f.busy, f.energy) if (f := d.get(uuid)) else (0.0, 0.0, None)
+                            for d in per_day),
             ))  # fmt: skip
         queue = []
         if self.s.kube_state_metrics:

@@ -11,9 +11,9 @@ from analytics.sources.promapi import PromAPI, rng
 def queue_wait(api: PromAPI, w: Window) -> list[QueueWeek]:
     def by_pod(series: str, across_containers: str = "max") -> dict[tuple[str, str], float]:
         out: dict[tuple[str, str], float] = {}
-        for start, end, _ in days(w):  # by day: each query's samples stay bounded
-            expr = f"{across_containers} by (namespace, pod) (last_over_time({series}[{rng(end - start)}]))"
-            for s in api.query(expr, end):
+        for day in days(w):  # by day: each query's samples stay bounded
+            expr = f"{across_containers} by (namespace, pod) (last_over_time({series}[{rng(day.seconds)}]))"
+            for s in api.query(expr, day.end):
                 key = (s.labels.get("namespace", ""), s.labels.get("pod", ""))
                 out[key] = max(out.get(key, s.value), s.value)
         return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import defaultdict
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -74,19 +75,12 @@ class PrometheusSource:
 
     # --- GPUs ---------------------------------------------------------------------------
 
-    def _by_uuid(self, expr: str, at: float) -> dict[str, float]:
-        return {s.labels.get("uuid", ""): s.value for s in self.api.query(expr, at)}
-
     def _gpus(self, w: Window, problems: list[str]) -> list[GpuWeek]:
         try:
-            per_day, seen = counters.day_totals(self.api, w, GPU_COUNTERS, "sampled", "gpuledger_gpu_info")
+            totals = counters.day_totals(self.api, w, GPU_COUNTERS, "sampled", "gpuledger_gpu_info")
         except QueryError as e:
             raise SourceUnavailable(f"prometheus {self.s.url}: GPU totals: {e}") from e
-
-        def total(kind: str, uuid: str) -> float | None:
-            values = [d[kind][uuid] for d in per_day if uuid in d[kind]]
-            return sum(values) if values else None
-
+        total = totals.total
         hourly: dict[str, list[float]] = {}
         if self.hourly_energy:
             try:
@@ -94,8 +88,8 @@ class PrometheusSource:
             except QueryError as e:
                 problems.append(f"hourly energy (for the tariff): {e}")
         out = []
-        for uuid in sorted(set(seen) | {u for d in per_day for u in d["sampled"]}):
-            labels = seen.get(uuid, {})
+        for uuid in sorted(set(totals.labels) | totals.uuids("sampled")):
+            labels = totals.labels.get(uuid, {})
             energy = total("energy", uuid)
             hours = hourly.get(uuid)
             if hours and energy is not None and sum(hours) > 0:  # the hours, scaled to the exact total
@@ -106,8 +100,8 @@ class PrometheusSource:
                 busy_s=total("busy", uuid) or 0.0, sm_active_s=total("sm", uuid),
                 allocated_s=total("alloc", uuid), allocated_idle_s=total("idle", uuid),
                 energy_j=energy, energy_by_hour=tuple(hours) if hours else None,
-                daily=tuple((d["sampled"].get(uuid, 0.0), d["busy"].get(uuid, 0.0), d["energy"].get(uuid))
-                            for d in per_day),
+                daily=tuple((d.get("sampled", uuid) or 0.0, d.get("busy", uuid) or 0.0, d.get("energy", uuid))
+                            for d in totals.days),
             ))  # fmt: skip
         return out
 
@@ -116,15 +110,20 @@ class PrometheusSource:
     def _jobs(self, w: Window, hosts: dict[str, str]) -> list[JobWeek]:
         """By day, as the GPU totals."""
         by = "uuid, " + ", ".join(JOB_LABELS)
-        figures: dict[tuple[str, JobKey], list[float]] = {}
-        names = ("sampled_seconds", "busy_seconds", "energy_joules")
-        queries = [(f"sum by ({by}) (increase(gpuledger_job_gpu_{m}_total[{rng(end - start)}]))", end)
-                   for start, end, _ in days(w) for m in names]  # fmt: skip
-        for n, answer in enumerate(self.api.query_many(queries)):
+        seen: dict[tuple[str, JobKey], None] = {}  # (uuid, job), in the order first answered
+        sampled: dict[tuple[str, JobKey], float] = defaultdict(float)
+        busy: dict[tuple[str, JobKey], float] = defaultdict(float)
+        energy: dict[tuple[str, JobKey], float] = defaultdict(float)
+        metrics = (("sampled_seconds", sampled), ("busy_seconds", busy), ("energy_joules", energy))
+        asked = [(into, f"sum by ({by}) (increase(gpuledger_job_gpu_{metric}_total[{rng(day.seconds)}]))", day.end)
+                 for day in days(w) for metric, into in metrics]  # fmt: skip
+        for (into, _, _), answer in zip(asked, self.api.query_many([(q, t) for _, q, t in asked]), strict=True):
             for s in answer:
                 key = (s.labels.get("uuid", ""), JobKey(*(s.labels.get(k, "") for k in JOB_LABELS)))
-                figures.setdefault(key, [0.0, 0.0, 0.0])[n % len(names)] += s.value
-        return [JobWeek(u, hosts.get(u, ""), k, *v) for (u, k), v in sorted(figures.items(), key=lambda x: x[0][0])]
+                seen[key] = None
+                into[key] += s.value
+        return [JobWeek(u, hosts.get(u, ""), k, sampled[u, k], busy[u, k], energy[u, k])
+                for u, k in sorted(seen, key=lambda x: x[0])]  # fmt: skip
 
     def _queue(self, w: Window) -> list[QueueWeek]:
         r = rng(w.seconds)
