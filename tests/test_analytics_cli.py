@@ -11,11 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from analytics_fixtures import WEEK, history, prometheus, small_fleet
-from conftest import REPO, free_port, http_get, one, parse_metrics, run_cli, wait_until
 
 from analytics.report import from_json
 from analytics.synthetic import Fleet
+from tests.support.fleet import WEEK, history, prometheus, small_fleet
+from tests.support.http import free_port, http_get
+from tests.support.metrics import one, parse_metrics
+from tests.support.paths import REPO
+from tests.support.processes import run_cli
+from tests.support.wait import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ANCHOR, clock_now, free_port, http_get, one, parse_metrics, wait_until
+from exporter.crontab import cron_trigger, weekdays
 
 from analytics import synthetic
 from analytics.config import FullSettings
 from analytics.daemon import Analytics
 from analytics.data import Window, last_full_week
 from analytics.report import from_json
-from exporter.crontab import cron_trigger, weekdays
+from tests.support.clock import ANCHOR, clock_now
+from tests.support.http import free_port, http_get
+from tests.support.metrics import one, parse_metrics
+from tests.support.wait import wait_until
 
 TZ = "America/New_York"
 HISTORY_DAYS = 15  # the last full week (in TZ, DST included) starts less than 15 days before any now

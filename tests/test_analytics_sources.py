@@ -9,8 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from analytics_fixtures import WEEK, history, prometheus, small_fleet, truth_quantile
-from promserver import PrometheusServer
 
 from analytics.config import PrometheusSettings
 from analytics.cost import CostModel, TariffWindow
@@ -23,6 +21,8 @@ from analytics.sources.promapi import PromAPI
 from analytics.sources.prometheus import PrometheusSource
 from analytics.synthetic import Fleet
 from exporter.slurm.watcher import WAIT_BUCKETS
+from tests.support.fleet import WEEK, history, prometheus, small_fleet, truth_quantile
+from tests.support.prometheus import PrometheusServer
 
 EXACT = 1e-9  # counters summed exactly (float rounding only)
 STEP = 60.0  # the synthetic fleet's scrape interval

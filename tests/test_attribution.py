@@ -8,7 +8,11 @@ from concurrent import futures
 from pathlib import Path
 
 import pytest
-from procfs_fixtures import (
+
+from exporter.attribution.cgroup import CgroupFacts, facts
+from exporter.attribution.kubelet import METHOD, PodDevice, PodResourcesClient, PodResourcesError, parse_list_response
+from exporter.attribution.procfs import Owner, ProcReader, Users
+from tests.support.procfs import (
     K8S_CGROUPFS_V1,
     K8S_CGROUPFS_V2_GUARANTEED,
     K8S_SYSTEMD_V1,
@@ -18,10 +22,6 @@ from procfs_fixtures import (
     SLURM_V2,
     make_proc,
 )
-
-from exporter.attribution.cgroup import CgroupFacts, facts
-from exporter.attribution.kubelet import METHOD, PodDevice, PodResourcesClient, PodResourcesError, parse_list_response
-from exporter.attribution.procfs import Owner, ProcReader, Users
 
 
 @pytest.mark.parametrize(

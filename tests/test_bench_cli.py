@@ -10,7 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, free_port, require_torch
+
+from tests.support.http import free_port
+from tests.support.paths import REPO
+from tests.support.tools import require_torch
 
 
 def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

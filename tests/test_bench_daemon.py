@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, http_get, one, parse_metrics, process_group_gone, require_torch, wait_until
 
 from exporter.benchmarks.plan import Inject, Plan
 from exporter.benchmarks.runner import Outcome
@@ -20,6 +19,12 @@ from exporter.config import load
 from exporter.daemon import Exporter
 from exporter.readers import Process
 from exporter.readers.fake import FakeReader
+from tests.support.http import http_get
+from tests.support.metrics import one, parse_metrics
+from tests.support.paths import REPO
+from tests.support.processes import process_group_gone
+from tests.support.tools import require_torch
+from tests.support.wait import wait_until
 
 Start = Callable[..., Exporter]
 

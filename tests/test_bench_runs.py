@@ -6,10 +6,11 @@ import dataclasses
 import math
 
 import pytest
-from conftest import process_group_gone, require_torch
 
 from exporter.benchmarks.plan import BENCHES, Inject, default_plan
 from exporter.benchmarks.runner import BenchRunner, Event
+from tests.support.processes import process_group_gone
+from tests.support.tools import require_torch
 
 
 @pytest.fixture(autouse=True)

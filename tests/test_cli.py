@@ -8,9 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import CAPTURE, REPO, ExporterProcess, http_get, one, parse_metrics, run_cli, wait_until
 
 from exporter import config
+from tests.support.http import http_get
+from tests.support.metrics import one, parse_metrics
+from tests.support.paths import CAPTURE, REPO
+from tests.support.processes import ExporterProcess, run_cli
+from tests.support.wait import wait_until
 
 PLAIN_PASSWORD = '[web]\nbasic_auth_users = { prom = "hunter2" }\n'
 UNKNOWN_KEY = "[exporter]\nsample_intervall = 2\n"

@@ -16,15 +16,19 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, ExporterProcess, clock_now, free_port, http_get, wait_until
-from dashboard_fixtures import backfill_day, history_fleet, missing_states, write_extras
-from grafana_vars import RANGE_S, builtins, regex_value, seconds, substitute
-from promserver import PrometheusServer
 
 from analytics import synthetic, synthetic_om
 from analytics.data import last_full_week
 from analytics.metrics import families
 from exporter.metrics import METRICS
+from tests.support.clock import clock_now
+from tests.support.dashboard_data import backfill_day, history_fleet, missing_states, write_extras
+from tests.support.grafana_vars import RANGE_S, builtins, regex_value, seconds, substitute
+from tests.support.http import free_port, http_get
+from tests.support.paths import REPO
+from tests.support.processes import ExporterProcess
+from tests.support.prometheus import PrometheusServer
+from tests.support.wait import wait_until
 
 if str(REPO) not in sys.path:  # grafana/ is no installed package
     sys.path.insert(0, str(REPO))

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-from conftest import require_binary
 
 from daemonkit.settings import split_listen
 from tests.support.deploy_files import (
@@ -30,6 +29,7 @@ from tests.support.deploy_files import (
     mounts,
     stack,
 )
+from tests.support.tools import require_binary
 
 if str(REPO) not in sys.path:  # grafana/ is no installed package
     sys.path.insert(0, str(REPO))

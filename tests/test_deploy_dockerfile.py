@@ -18,9 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from conftest import REPO, ExporterProcess, free_port
 
 from tests.support.deploy_files import DOCKERFILE
+from tests.support.http import free_port
+from tests.support.paths import REPO
+from tests.support.processes import ExporterProcess
 
 # ---------------------------------------------------------------------------------------------
 # Dockerfile

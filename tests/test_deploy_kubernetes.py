@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO
-from kube_checks import (
+
+from tests.support.kube_checks import (
     check_kube_objects,
     check_namespaced,
     validate_objects,
 )
-from kube_objects import (
+from tests.support.kube_objects import (
     ANALYTICS,
     CORE_MANIFESTS,
     EXPORTER,
@@ -36,7 +36,8 @@ from kube_objects import (
     one,
     pod_spec,
 )
-from kube_operator import check_operator_objects
+from tests.support.kube_operator import check_operator_objects
+from tests.support.paths import REPO
 
 # --- source manifests ------------------------------------------------------------------------------------
 

@@ -20,9 +20,12 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, free_port, http_get, require_binary, wait_until
 
 from tests.support.deploy_files import DEPLOY_DOC, DEV_STACK, RULES_DIR, VENV_GPULEDGER
+from tests.support.http import free_port, http_get
+from tests.support.paths import REPO
+from tests.support.tools import require_binary
+from tests.support.wait import wait_until
 
 # ---------------------------------------------------------------------------------------------
 # scripts/dev-stack

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from conftest import REPO
-
 from gpuledger import configdoc, metricsdoc
+from tests.support.paths import REPO
 
 
 def test_metrics_doc_is_generated_from_the_table() -> None:

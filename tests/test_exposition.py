@@ -8,7 +8,6 @@ import subprocess
 from collections.abc import Callable
 
 import pytest
-from conftest import REPO, ExporterProcess, make_sampler, parse_metrics, require_binary, step, wait_until
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
@@ -32,6 +31,12 @@ from exporter.readers import EccErrors, GpmActivity, GpuLost, Process, RemappedR
 from exporter.readers.fake import FakeReader
 from exporter.slurm.watcher import WAIT_BUCKETS, QueueSnapshot
 from exporter.state import GpuSnapshot, Histogram, HistoryStats, Snapshot
+from tests.support.metrics import parse_metrics
+from tests.support.paths import REPO
+from tests.support.processes import ExporterProcess
+from tests.support.sampling import make_sampler, step
+from tests.support.tools import require_binary
+from tests.support.wait import wait_until
 
 GOLDEN = REPO / "tests" / "golden" / "exposition.prom"
 

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
 
 from exporter import history
 from exporter.readers import DeviceInfo
 from exporter.state import ROLLUP_FIELDS, MinuteRow
+from tests.support.paths import REPO
 
 DEV = DeviceInfo(index=0, uuid="GPU-aaaa", model="NVIDIA H200", pci_bus_id="00000000:01:00.0")
 

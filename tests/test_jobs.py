@@ -7,8 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FakeMonotonic, make_sampler, parse_metrics, require_binary, step
-from procfs_fixtures import K8S_SYSTEMD_V2, PLAIN_USER, SLURM_V1, make_proc
 
 from exporter import exposition, history
 from exporter.attribution.attributor import Attribution
@@ -18,6 +16,11 @@ from exporter.jobs import GpuJobs, JobKey, shares
 from exporter.readers import Process, ProcessUtil
 from exporter.readers.fake import FakeReader
 from exporter.state import JobMinuteRow, MinuteRow
+from tests.support.clock import FakeMonotonic
+from tests.support.metrics import parse_metrics
+from tests.support.procfs import K8S_SYSTEMD_V2, PLAIN_USER, SLURM_V1, make_proc
+from tests.support.sampling import make_sampler, step
+from tests.support.tools import require_binary
 
 ALICE = Owner(uid=1001, user="alice", job_id="7")
 BOB = Owner(uid=1002, user="bob", job_id="8")

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from kube_objects import (
+
+from tests.support.kube_objects import (
     DASHBOARDS_DIR,
     GENERATE,
     KUBE,

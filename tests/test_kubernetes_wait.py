@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from promserver import PrometheusServer
 
 from analytics.config import PrometheusSettings
 from analytics.data import Window
 from analytics.sources.kubernetes import queue_wait
 from analytics.sources.promapi import PromAPI
+from tests.support.prometheus import PrometheusServer
 
 START = 1795219200  # 2026-11-22 00:00 UTC
 END = START + 2 * 86400

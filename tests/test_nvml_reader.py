@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pynvml as real
 import pytest
-from conftest import make_sampler
-from fake_pynvml import REC, STATIC, FakeNvml
 
 from exporter.readers import GpuLost, NotSupported, ReaderError, ReaderUnavailable, XidEvent
 from exporter.readers.nvml import NvmlReader
+from tests.support.fake_pynvml import REC, STATIC, FakeNvml
+from tests.support.sampling import make_sampler
 
 
 def opened(gpus: int = 2) -> tuple[FakeNvml, NvmlReader]:

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from promserver import PrometheusServer
 
 from analytics.config import PrometheusSettings
 from analytics.data import Window
 from analytics.sources.counters import day_totals, hourly
 from analytics.sources.promapi import PromAPI
+from tests.support.prometheus import PrometheusServer
 
 DAY0 = 1795219200  # Saturday 2026-11-21 00:00 UTC
 STEP = 60

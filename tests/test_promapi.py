@@ -12,11 +12,13 @@ from pathlib import Path
 import bcrypt
 import httpx
 import pytest
-from conftest import free_port, make_cert, require_binary, wait_until
 
 from analytics.config import PrometheusSettings
 from analytics.sources import SourceUnavailable
 from analytics.sources.promapi import PromAPI, QueryError
+from tests.support.http import free_port, make_cert
+from tests.support.tools import require_binary
+from tests.support.wait import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import CAPTURE, ExporterProcess
-from promserver import PrometheusServer
+
+from tests.support.paths import CAPTURE
+from tests.support.processes import ExporterProcess
+from tests.support.prometheus import PrometheusServer
 
 SPEED = 4.0  # capture seconds per wall second: a 20 s window spans 80 s of capture
 WINDOW = "20s"

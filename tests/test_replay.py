@@ -8,13 +8,13 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import CAPTURE
 
 from exporter import slowlane
 from exporter.readers.capture import CaptureError, load
 from exporter.readers.replay import ReplayReader
 from exporter.sampler import Sampler, SamplerOptions
 from exporter.state import GpuCounters
+from tests.support.paths import CAPTURE
 
 LINES = [json.loads(x) for x in CAPTURE.read_text().splitlines()]
 RECS = LINES[1:]

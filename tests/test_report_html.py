@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import REPO, make_sampler, require_binary, step
-from report_fixtures import HOSTILE_NOTE, HOSTILE_USER, sample_report
 
 from analytics.report.html import landing_page, to_html
 from exporter.collector import Exposition
 from exporter.readers.fake import FakeGpu, FakeReader
 from exporter.web import ExporterSite
+from tests.support.paths import REPO
+from tests.support.reports import HOSTILE_NOTE, HOSTILE_USER, sample_report
+from tests.support.sampling import make_sampler, step
+from tests.support.tools import require_binary
 
 if TYPE_CHECKING:
     from selenium.webdriver.chrome.webdriver import WebDriver

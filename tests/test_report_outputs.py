@@ -11,11 +11,11 @@ import re
 from pathlib import Path
 
 import pytest
-from report_fixtures import HOSTILE_HOST, HOSTILE_JOB, HOSTILE_PARTITION, HOSTILE_USER, REASONS, sample_report
 
 from analytics.report.model import SCHEMA, CostRow
 from analytics.report.output import write
 from analytics.report.text import duration, from_json, hours, money, pct, to_csv, to_json, to_markdown
+from tests.support.reports import HOSTILE_HOST, HOSTILE_JOB, HOSTILE_PARTITION, HOSTILE_USER, REASONS, sample_report
 
 
 def test_json_round_trip_is_exact_and_versioned() -> None:

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, require_binary
 
 from analytics.metrics import families
 from exporter.metrics import METRICS
+from tests.support.paths import REPO
+from tests.support.tools import require_binary
 
 PROM = REPO / "deploy" / "prometheus"
 RULE_FILES = sorted((PROM / "rules").glob("*.yml"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FakeMonotonic, make_sampler, step, wait_until
 
 from exporter.readers import (
     GpmActivity,
@@ -15,6 +14,9 @@ from exporter.readers import (
 )
 from exporter.readers.fake import FakeReader
 from exporter.state import MinuteRow
+from tests.support.clock import FakeMonotonic
+from tests.support.sampling import make_sampler, step
+from tests.support.wait import wait_until
 
 
 def test_counters_integrate_busy_allocated_and_idle() -> None:

@@ -10,14 +10,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import http_get, one, parse_metrics, require_binary, wait_until
-from slurmcluster import SlurmCluster
 
 from exporter import history
 from exporter.config import SlurmSettings, load
 from exporter.daemon import Exporter
 from exporter.readers.fake import FakeReader
 from exporter.slurm.watcher import SlurmWatcher
+from tests.support.http import http_get
+from tests.support.metrics import one, parse_metrics
+from tests.support.slurm import SlurmCluster
+from tests.support.tools import require_binary
+from tests.support.wait import wait_until
 
 HOSTILE = 'first "q" \\ <script>x</script> ü'
 GPU = (("partition", "gpu"),)  # the labels of the partition's series, as parse_metrics keys them

@@ -10,13 +10,17 @@ from pathlib import Path
 
 import bcrypt
 import pytest
-from conftest import FakeMonotonic, http_get, make_cert, make_sampler, parse_metrics, step, wait_until
 
 from daemonkit.http import MetricsServer, WebOptions, serve
 from exporter.collector import Exposition
 from exporter.readers.fake import FakeReader
 from exporter.sampler import Sampler
 from exporter.web import ExporterSite
+from tests.support.clock import FakeMonotonic
+from tests.support.http import http_get, make_cert
+from tests.support.metrics import parse_metrics
+from tests.support.sampling import make_sampler, step
+from tests.support.wait import wait_until
 
 
 def start_server(sampler: Sampler, stale_after: float = 10.0, **opts: object) -> MetricsServer:

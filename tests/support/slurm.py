@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 from typing import IO
 
-from conftest import free_port, require_binary, wait_until
+from tests.support.http import free_port
+from tests.support.tools import require_binary
+from tests.support.wait import wait_until
 
 BINARIES = ("munged", "slurmctld", "slurmd", "squeue", "sbatch", "scancel", "sinfo")
 

@@ -8,7 +8,9 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from conftest import free_port, http_get, require_binary, wait_until
+from tests.support.http import free_port, http_get
+from tests.support.tools import require_binary
+from tests.support.wait import wait_until
 
 
 class PrometheusServer:

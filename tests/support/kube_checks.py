@@ -8,7 +8,8 @@ from collections import Counter
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
-from kube_objects import (
+
+from tests.support.kube_objects import (
     ANALYTICS,
     CRD_KINDS,
     EXPORTER,
@@ -32,7 +33,7 @@ from kube_objects import (
     selects,
     workloads,
 )
-from kube_operator import check_crd_structure, check_operator_objects
+from tests.support.kube_operator import check_crd_structure, check_operator_objects
 
 # --- checks ----------------------------------------------------------------------------------------------
 

@@ -8,13 +8,12 @@ import math
 from collections.abc import Iterator
 from typing import IO
 
-from conftest import ANCHOR
-from grafana_vars import RANGE_S
-
 from analytics import synthetic
 from analytics.data import Window
 from analytics.synthetic import Fleet
 from exporter.slurm.watcher import WAIT_BUCKETS
+from tests.support.clock import ANCHOR
+from tests.support.grafana_vars import RANGE_S
 
 HISTORY_DAYS = 22  # covers the week before the last full one, from any "now"
 BACKFILL_GAP = 180  # the backfilled day ends this long before now, before any live sample

@@ -6,11 +6,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from promserver import PrometheusServer
-
 from analytics import synthetic, synthetic_om
 from analytics.data import iso_week
 from analytics.synthetic import Fleet
+from tests.support.prometheus import PrometheusServer
 
 WEEK = "2026-W47"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 
 import yaml
-from conftest import REPO
-from kube_objects import (
+
+from tests.support.kube_objects import (
     DASHBOARDS_DIR,
     DNS1123,
     RULES_DIR,
@@ -19,6 +19,7 @@ from kube_objects import (
     of_kind,
     selects,
 )
+from tests.support.paths import REPO
 
 
 def check_crd_structure(o: Obj) -> None:

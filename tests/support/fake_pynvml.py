@@ -13,7 +13,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pynvml as real
-from conftest import CAPTURE
+
+from tests.support.paths import CAPTURE
 
 LINES = [json.loads(x) for x in CAPTURE.read_text().splitlines()]
 STATIC = LINES[0]["static"]

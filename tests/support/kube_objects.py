@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO
+
+from tests.support.paths import REPO
 
 Obj = dict[str, Any]
 

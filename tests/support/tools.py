@@ -1,0 +1,31 @@
+"""Binaries and packages a test needs: skipped when missing outside CI, failed in CI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def require_binary(name: str) -> str:
+    """Path of a binary the test needs. Outside CI a missing one skips with the reason; in CI
+    (where .ci/run installs it) a missing one fails."""
+    path = shutil.which(name)
+    if path:
+        return path
+    reason = f"{name} not installed (Debian package; .ci/run installs it)"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def require_torch() -> None:
+    """Skip (fail in CI, where .ci/run installs it) when torch is missing. Never imports it."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        reason = "torch not installed (pip install torch==2.13.0; .ci/run installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
