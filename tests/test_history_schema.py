@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -40,8 +42,25 @@ def schema_dump(db: sqlite3.Connection) -> str:
     return "\n".join(lines) + "\n"
 
 
-def fresh(tmp_path: Path) -> sqlite3.Connection:
-    return history.connect(tmp_path / "fresh.sqlite")
+Open = Callable[[Path], sqlite3.Connection]
+
+
+@pytest.fixture
+def open_db() -> Iterator[Open]:
+    """history.connect, with every connection closed at the end of the test."""
+    opened: list[sqlite3.Connection] = []
+
+    def open_(path: Path) -> sqlite3.Connection:
+        opened.append(history.connect(path))
+        return opened[-1]
+
+    yield open_
+    for db in opened:
+        db.close()
+
+
+def fresh(open_db: Open, tmp_path: Path) -> sqlite3.Connection:
+    return open_db(tmp_path / "fresh.sqlite")
 
 
 def copy_of(version: int, tmp_path: Path) -> Path:
@@ -65,8 +84,8 @@ def raw_rows(path: Path) -> dict[str, list[Row]]:
         db.close()
 
 
-def test_a_fresh_file_has_the_golden_schema(tmp_path: Path) -> None:
-    text = schema_dump(fresh(tmp_path))
+def test_a_fresh_file_has_the_golden_schema(open_db: Open, tmp_path: Path) -> None:
+    text = schema_dump(fresh(open_db, tmp_path))
     if os.environ.get("GPULEDGER_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), (
@@ -76,8 +95,8 @@ def test_a_fresh_file_has_the_golden_schema(tmp_path: Path) -> None:
     )
 
 
-def test_the_schema_stores_every_rollup_field(tmp_path: Path) -> None:
-    columns = [r[1] for r in fresh(tmp_path).execute("PRAGMA table_info(gpu_minutes)")]
+def test_the_schema_stores_every_rollup_field(open_db: Open, tmp_path: Path) -> None:
+    columns = [r[1] for r in fresh(open_db, tmp_path).execute("PRAGMA table_info(gpu_minutes)")]
     assert columns == ["uuid", "minute", *ROLLUP_FIELDS], (
         "ROLLUP_FIELDS and the gpu_minutes table disagree: a new counter needs a new migration "
         "(ALTER TABLE gpu_minutes ADD COLUMN <name> REAL) in exporter/history/schema.py"
@@ -110,18 +129,18 @@ def test_an_old_file_migrates_with_every_row_intact(version: int, tmp_path: Path
 
 
 @pytest.mark.parametrize("version", sorted(TABLES))
-def test_a_migrated_file_has_the_same_schema_as_a_fresh_one(version: int, tmp_path: Path) -> None:
+def test_a_migrated_file_has_the_same_schema_as_a_fresh_one(version: int, open_db: Open, tmp_path: Path) -> None:
     """Exactly the same, column order included: a fresh file is made by the same migrations, so a
     column added by ALTER TABLE comes last in both."""
-    migrated = history.connect(copy_of(version, tmp_path))
-    assert schema_dump(migrated) == schema_dump(fresh(tmp_path))
+    migrated = open_db(copy_of(version, tmp_path))
+    assert schema_dump(migrated) == schema_dump(fresh(open_db, tmp_path))
     for (table,) in migrated.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
         info = f"PRAGMA table_info({table})"
-        assert list(migrated.execute(info)) == list(fresh(tmp_path).execute(info)), table
+        assert list(migrated.execute(info)) == list(fresh(open_db, tmp_path).execute(info)), table
 
 
-def test_the_reads_understand_a_v1_file(tmp_path: Path) -> None:
-    db = history.connect(copy_of(1, tmp_path))
+def test_the_reads_understand_a_v1_file(open_db: Open, tmp_path: Path) -> None:
+    db = open_db(copy_of(1, tmp_path))
     gpus = history.gpus(db)
     assert gpus[GPU0] == history.GpuIdentity(GPU0, "node-a", 0, "NVIDIA H200", "00000000:19:00.0", H0, H0 + 61 * 60)
     assert gpus[GPU1] == history.GpuIdentity(
@@ -141,8 +160,8 @@ def test_the_reads_understand_a_v1_file(tmp_path: Path) -> None:
     assert history.job_totals(db, 0, 10**10) == []
 
 
-def test_the_reads_understand_v2_benchmarks_and_v3_jobs(tmp_path: Path) -> None:
-    v2 = history.connect(copy_of(2, tmp_path))
+def test_the_reads_understand_v2_benchmarks_and_v3_jobs(open_db: Open, tmp_path: Path) -> None:
+    v2 = open_db(copy_of(2, tmp_path))
     records = history.bench_records(v2)
     assert [(r.finished, r.bench, r.result, r.duration, r.backend, r.world_size) for r in records] == [
         (H0 + 120.5, "allreduce", "ok", 7.5, "nccl", 1),
@@ -150,7 +169,7 @@ def test_the_reads_understand_v2_benchmarks_and_v3_jobs(tmp_path: Path) -> None:
         (H0 + 3800.0, "allreduce", "skipped_busy", None, "gloo", 2),
     ]
     assert records[1].data == "rank 1 exited with code 1" and records[2].data is None
-    v3 = history.connect(copy_of(3, tmp_path))
+    v3 = open_db(copy_of(3, tmp_path))
     jobs = history.finished_jobs(v3, H0, H0 + 7200)
     assert [(j.job_id, j.state, j.start, j.end, j.gpus, j.restarts) for j in jobs] == [
         ("4243", "FAILED", H0 + 70.0, H0 + 200.0, 2, 1),
@@ -170,7 +189,8 @@ def test_an_old_file_opened_read_only_is_refused_and_left_as_it_was(tmp_path: Pa
     with pytest.raises(history.HistoryError, match="schema v1 needs migrating; open it with the exporter once"):
         history.connect(path, readonly=True)
     assert raw_rows(path) == raw_rows(DATA / path.name)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 1
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
 
 
 @pytest.mark.parametrize("readonly", [False, True])
