@@ -19,7 +19,7 @@ from analytics.config import FullSettings, overrides_from
 from analytics.data import Window, iso_week, last_full_week
 from analytics.service import make_report, make_source, out_dir
 from analytics.sources import SourceUnavailable
-from exporter.config import ConfigError, load_settings
+from daemonkit.settings import ConfigError, load_settings
 
 log = logging.getLogger("gpuledger.analytics")
 
@@ -142,7 +142,7 @@ def run_analytics(args: argparse.Namespace) -> int:
 
 
 def _logging(level: str) -> None:
-    from exporter.daemon import setup_logging
+    from daemonkit.logs import setup_logging
 
     setup_logging(level)
 

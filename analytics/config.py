@@ -10,7 +10,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from analytics.cost import CostModel
-from exporter.config import Settings, check_timezone, split_listen
+from daemonkit import crontab
+from daemonkit.settings import check_timezone, split_listen
+from exporter.config import Settings
 
 FORMATS = ("html", "json", "csv", "md")
 
@@ -79,9 +81,7 @@ class AnalyticsSettings(_Section):
     @field_validator("cron")
     @classmethod
     def _cron(cls, v: str) -> str:
-        from exporter.crontab import check
-
-        return check(v)
+        return crontab.check(v)
 
     @field_validator("listen")
     @classmethod

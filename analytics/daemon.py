@@ -28,10 +28,10 @@ from analytics.data import Window, last_full_week
 from analytics.metrics import ReportCollector, RunsCollector
 from analytics.service import make_report, make_source, out_dir
 from analytics.sources import Source, SourceUnavailable
+from daemonkit.crontab import cron_trigger
 from daemonkit.http import MetricsServer, WebOptions, serve
+from daemonkit.settings import split_listen
 from exporter import __version__
-from exporter.config import split_listen
-from exporter.crontab import cron_trigger
 
 log = logging.getLogger("gpuledger.analytics")
 WEEK = 7 * 86400

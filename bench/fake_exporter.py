@@ -10,6 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from daemonkit.logs import setup_logging
 from exporter import daemon
 from exporter.config import load
 from exporter.readers.fake import H200_LATENCIES, FakeReader
@@ -21,7 +22,7 @@ def main() -> int:
     for i, g in enumerate(reader.gpus):
         g.util = 0.1 * i
     settings = load(None, {"web": {"listen": f"127.0.0.1:{port}"}, "history": {"enabled": False}})
-    daemon.setup_logging("warning")
+    setup_logging("warning")
     return daemon.run(settings, reader=reader)
 
 

@@ -6,7 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from exporter.config import DEFAULT_PORT, ConfigError, load
+from daemonkit.logs import setup_logging
+from daemonkit.settings import ConfigError
+from exporter.config import DEFAULT_PORT, load
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = load(args.config, overrides(args))
-        daemon.setup_logging(settings.log_level)
+        setup_logging(settings.log_level)
         return daemon.run(settings)
     except ConfigError as e:
         print(f"gpuledger exporter: {e}", file=sys.stderr)

@@ -1,29 +1,23 @@
-"""Configuration: defaults < config file (TOML or YAML) < environment (GPULEDGER_…) < CLI flags.
+"""The exporter's settings: defaults < config file (TOML or YAML) < environment (GPULEDGER_…) < CLI flags.
 
 Sections mirror the file layout (``[exporter]``, ``[web]``, ``[history]``, ``[replay]``);
 environment variables use ``__`` between section and key: ``GPULEDGER_WEB__LISTEN=:10044``.
-Invalid values raise ``ConfigError``, whose message names the field; the CLI exits 2 on it.
+Loading every layer, and the ``ConfigError`` that names a bad field, is ``daemonkit.settings``.
 """
 
 from __future__ import annotations
 
-import contextvars
 import os
 import re
 import socket
-import tomllib
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.fields import FieldInfo
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    SettingsError,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from daemonkit import crontab
+from daemonkit.settings import LayeredSettings, check_timezone, load_settings, split_listen
 
 DEFAULT_PORT = 10044
 """Prometheus' default-port list has no free number left in 9100-9999; 10044 is outside that
@@ -32,10 +26,6 @@ not a Kubernetes port (10250-10259). Change it with --listen."""
 
 ENV_PREFIX = "GPULEDGER_"
 _BCRYPT = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
-
-
-class ConfigError(Exception):
-    """Invalid configuration; the message names the field (or file) at fault."""
 
 
 class _Section(BaseModel):
@@ -147,9 +137,7 @@ class BenchSettings(_Section):
     @field_validator("cron")
     @classmethod
     def _cron(cls, v: str) -> str:
-        from exporter.crontab import check
-
-        return check(v)
+        return crontab.check(v)
 
     @field_validator("timezone")
     @classmethod
@@ -200,26 +188,8 @@ class SlurmSettings(_Section):
     jobcomp_file: Path | None = Field(None, description="jobcomp/filetxt file (default: from scontrol show config)")
 
 
-_file_data: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
-    "gpuledger_config_file", default=None
-)
-
-
-class _FileSource(PydanticBaseSettingsSource):
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return (_file_data.get() or {}).get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(_file_data.get() or {})
-
-
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter="__",
-        extra="forbid",
-        validate_default=True,
-    )
+class Settings(LayeredSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     exporter: ExporterSettings = Field(default_factory=ExporterSettings)
@@ -235,93 +205,10 @@ class Settings(BaseSettings):
     prometheus: dict[str, Any] = Field(default_factory=dict)
     cost: dict[str, Any] = Field(default_factory=dict)
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _FileSource(settings_cls))
-
-
-def check_timezone(v: str) -> str:
-    """A settings validator: an IANA time zone name, or a ValueError naming it."""
-    import zoneinfo
-
-    try:
-        zoneinfo.ZoneInfo(v)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {v!r}") from None
-    return v
-
-
-def split_listen(v: str) -> tuple[str, int]:
-    """'HOST:PORT', ':PORT' or '[v6]:PORT' -> (host, port); ValueError otherwise."""
-    host, sep, port = v.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{v!r} is not HOST:PORT with a port in 0-65535")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(f"{v!r}: put an IPv6 address in brackets, e.g. [::1]:{port}")
-    return host, int(port)
-
-
-def read_file(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"config file {path}: {e.strerror}") from e
-    try:
-        is_yaml = path.suffix.lower() in (".yaml", ".yml")
-        data = (yaml.safe_load(text) or {}) if is_yaml else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"config file {path}: {e}") from e
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: the top level must be a table of sections")
-    return data
-
-
-S = TypeVar("S", bound=Settings)
-
 
 def load(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+    """The exporter's settings from every layer; ``overrides`` are CLI values as nested dicts."""
     return load_settings(Settings, config_file, overrides)
-
-
-def load_settings(cls: type[S], config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> S:
-    """Build the settings from every layer; ``overrides`` are CLI values as nested dicts."""
-    config_file = config_file or os.environ.get(f"{ENV_PREFIX}CONFIG") or None
-    data = read_file(config_file) if config_file else {}
-    token = _file_data.set(data)
-    try:
-        return cls(**(overrides or {}))
-    except ValidationError as e:
-        raise ConfigError(describe(e, config_file)) from None
-    except SettingsError as e:
-        raise ConfigError(f"invalid configuration in the environment: {e}") from None
-    finally:
-        _file_data.reset(token)
-
-
-def describe(e: ValidationError, config_file: str | Path | None = None) -> str:
-    lines = ["invalid configuration:"]
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        env = ENV_PREFIX + "__".join(str(p) for p in err["loc"][:2]).upper()
-        if err["type"] == "extra_forbidden":
-            lines.append(f"  {loc}: unknown setting (see docs/configuration.md for the names)")
-            continue
-        msg = err["msg"].removeprefix("Value error, ")
-        got = err.get("input")
-        shown = "" if isinstance(got, dict) or err["type"] == "missing" else f" (got {got!r})"
-        where = f"; set in {config_file}, {env} or a flag" if config_file else f"; set by {env} or a flag"
-        lines.append(f"  {loc}: {msg}{shown}{where}")
-    return "\n".join(lines)
 
 
 def default_history_path() -> Path:

@@ -11,13 +11,14 @@ import threading
 from types import FrameType
 
 from daemonkit.http import MetricsServer, WebOptions, serve
+from daemonkit.settings import ConfigError, split_listen
 from exporter import __version__, slowlane
 from exporter.attribution.attributor import Attribution, kubelet_socket
 from exporter.attribution.kubelet import DEFAULT_SOCKET
 from exporter.benchmarks.scheduler import BenchScheduler
 from exporter.benchmarks.state import BenchState
 from exporter.collector import Exposition
-from exporter.config import ConfigError, Settings, default_history_path, split_listen
+from exporter.config import Settings, default_history_path
 from exporter.history import HistoryError, HistoryWriter
 from exporter.readers import Reader, ReaderError, ReaderUnavailable
 from exporter.readers.nvml import NvmlReader
@@ -202,13 +203,3 @@ def wait_for_signal(seconds: float | None = None) -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     done.wait(seconds)
-
-
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if level.lower() != "debug":  # one line per HTTP request and per scheduled run is debug detail
-        for noisy in ("httpx", "httpcore", "apscheduler"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)

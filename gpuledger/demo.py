@@ -43,7 +43,8 @@ def _step(msg: str, t0: float) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analytics.daemon import Analytics
-    from exporter.daemon import Exporter, setup_logging
+    from daemonkit.logs import setup_logging
+    from exporter.daemon import Exporter
 
     if not (1 <= args.hosts <= 64 and 1 <= args.gpus_per_host <= 16):
         print("gpuledger demo: --hosts must be 1..64 and --gpus-per-host 1..16", file=sys.stderr)

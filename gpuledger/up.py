@@ -8,8 +8,9 @@ import argparse
 
 from analytics.cli import COMMON, STARTUP_ERRORS, settings_from, start_error, wait_for_signal
 from analytics.config import FullSettings
+from daemonkit.settings import ConfigError
 from exporter import cli as exporter_cli
-from exporter.config import ConfigError, default_history_path
+from exporter.config import default_history_path
 from exporter.readers import Reader
 
 
@@ -34,7 +35,8 @@ def prepare(s: FullSettings, reader: Reader) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from analytics.daemon import Analytics
-    from exporter.daemon import Exporter, build_reader, setup_logging
+    from daemonkit.logs import setup_logging
+    from exporter.daemon import Exporter, build_reader
 
     analytics = {"listen": args.analytics_listen, "reports_dir": args.reports_dir, "timezone": args.timezone}
     extra = {**exporter_cli.overrides(args), "analytics": {k: v for k, v in analytics.items() if v is not None}}

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from exporter.crontab import cron_trigger, weekdays
 
 from analytics import synthetic
 from analytics.config import FullSettings
 from analytics.daemon import Analytics
 from analytics.data import Window, last_full_week
 from analytics.report import from_json
+from daemonkit.crontab import cron_trigger, weekdays
 from tests.support.clock import ANCHOR, clock_now
 from tests.support.http import free_port, http_get
 from tests.support.metrics import one, parse_metrics

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from daemonkit.settings import split_listen
 from exporter import config
 from tests.support.http import http_get
 from tests.support.metrics import one, parse_metrics
@@ -86,11 +87,11 @@ def test_layers_defaults_file_env_flags(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_listen_forms() -> None:
-    assert config.split_listen(":10044") == ("", 10044)
-    assert config.split_listen("0.0.0.0:1") == ("0.0.0.0", 1)
-    assert config.split_listen("[::1]:9") == ("::1", 9)
+    assert split_listen(":10044") == ("", 10044)
+    assert split_listen("0.0.0.0:1") == ("0.0.0.0", 1)
+    assert split_listen("[::1]:9") == ("::1", 9)
     with pytest.raises(ValueError):
-        config.split_listen("host:99999")
+        split_listen("host:99999")
 
 
 def test_version_and_help() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tomllib
+
 from gpuledger import configdoc, metricsdoc
 from tests.support.paths import REPO
 
@@ -22,14 +24,13 @@ def test_the_cost_model_worked_example_is_what_the_code_computes() -> None:
     from analytics.cost import CostModel
     from analytics.data import BenchWeek, GpuWeek, WeekData, iso_week
     from analytics.report.build import build
-    from exporter.config import read_file
 
     doc = (REPO / "docs" / "cost-model.md").read_text()
     toml = doc.split("```toml\n", 1)[1].split("```", 1)[0]
     (REPO / "test-artifacts").mkdir(exist_ok=True)
     path = REPO / "test-artifacts" / "worked-example.toml"
     path.write_text(toml)
-    cost = read_file(path)["cost"]
+    cost = tomllib.loads(path.read_text())["cost"]
     gpu = GpuWeek("GPU-x", "node-a", "NVIDIA H200", "0", 168 * 3600, 100.8 * 3600, 67.2 * 3600, None, None, 70 * 3.6e6)
     bench = BenchWeek(speedup={1: 1.0, 8: 6.55}, efficiency={8: 6.55 / 8}, throughput_1=150.0)
     week = WeekData(iso_week("2026-W48", "Europe/Berlin"), "embedded", (gpu,), bench=bench)

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
+from daemonkit.crontab import cron_trigger
 from exporter.benchmarks.plan import Plan, default_plan
 from exporter.benchmarks.runner import BenchRunner, Event, Outcome
 from exporter.benchmarks.state import BenchState
-from exporter.crontab import cron_trigger
 from exporter.history import BenchRecord, HistoryWriter
 
 if TYPE_CHECKING:
