@@ -12,6 +12,7 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from analytics import report as rpt
@@ -40,7 +41,13 @@ COMMON = {"source": "analytics.source", "prometheus_url": "prometheus.url", "nam
           "listen": "analytics.listen", "reports_dir": "analytics.reports_dir"}  # fmt: skip
 
 
+def full_settings(config: str | None, overrides: Mapping[str, Any] | None = None) -> FullSettings:
+    """The settings of every part: defaults, the config file (or env), then ``overrides`` (nested)."""
+    return load_settings(FullSettings, config, dict(overrides or {}))
+
+
 def settings_from(args: argparse.Namespace, extra: dict[str, Any] | None = None) -> FullSettings:
+    """The report and analytics commands' flags on top of ``full_settings``."""
     pairs = {dotted: value for dest, dotted in COMMON.items() if (value := getattr(args, dest, None)) is not None}
     if getattr(args, "format", None):
         pairs["analytics.formats"] = [f.strip() for f in args.format.split(",") if f.strip()]
@@ -50,7 +57,7 @@ def settings_from(args: argparse.Namespace, extra: dict[str, Any] | None = None)
             overrides.setdefault(key, {}).update(value)
         else:
             overrides[key] = value
-    return load_settings(FullSettings, args.config, overrides)
+    return full_settings(args.config, overrides)
 
 
 def add_report_arguments(p: argparse.ArgumentParser) -> None:

@@ -20,7 +20,8 @@ from prometheus_client.registry import Collector
 
 from exporter import exposition
 from exporter.exposition import go_float
-from exporter.metrics import METRICS, MetricDef, samples
+from exporter.metrics import METRICS
+from exporter.registry import MetricDef, samples
 from exporter.state import Histogram, Snapshot
 
 

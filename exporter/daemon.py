@@ -8,11 +8,12 @@ import signal
 import sqlite3
 import ssl
 import threading
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 from daemonkit.http import MetricsServer, WebOptions, serve
 from daemonkit.settings import ConfigError, split_listen
-from exporter import __version__, slowlane
+from exporter import __version__, process, slowlane
 from exporter.attribution.attributor import Attribution, kubelet_socket
 from exporter.attribution.kubelet import DEFAULT_SOCKET
 from exporter.benchmarks.scheduler import BenchScheduler
@@ -20,12 +21,13 @@ from exporter.benchmarks.state import BenchState
 from exporter.collector import Exposition
 from exporter.config import Settings, default_history_path
 from exporter.history import HistoryError, HistoryWriter
+from exporter.jobmetrics import KubeletStatus
+from exporter.metrics import FEATURES
 from exporter.readers import Reader, ReaderError, ReaderUnavailable
 from exporter.readers.nvml import NvmlReader
 from exporter.readers.replay import ReplayReader
 from exporter.sampler import Sampler, SamplerOptions
 from exporter.slurm.watcher import SlurmWatcher
-from exporter.state import Extras
 from exporter.web import ExporterSite
 
 log = logging.getLogger("gpuledger.exporter")
@@ -60,14 +62,42 @@ def _replay(s: Settings, path: str | None) -> ReplayReader:
 
 
 class Exporter:
+    """The composition root: builds every part from typed settings, hands the sampler the
+    snapshot parts of the enabled features (``exporter.metrics.FEATURES``), starts and stops them."""
+
     def __init__(self, settings: Settings, reader: Reader | None = None) -> None:
         self.settings = s = settings
         self.reader = reader or build_reader(s)
         self.history = self._history()
+        keep = self.history.submit if self.history else None
         self.bench_state = BenchState(s.bench.benches) if self._bench_enabled() else None
         if self.bench_state is not None and self.history is not None:
             self.bench_state.restore(self.history.bench_records())
-        self.slurm: SlurmWatcher | None = None
+        self.slurm = SlurmWatcher(s.slurm, keep) if s.slurm.enabled else None
+        # the pids of replayed or fake GPUs are not this host's processes: no attribution there
+        attribution = (
+            Attribution(
+                s.attribution.proc_root,
+                s.attribution.passwd_file,
+                kubelet_socket(s.attribution.kubelet_socket, DEFAULT_SOCKET),
+                s.attribution.pods_interval,
+            )
+            if self.reader.kind == "nvml"
+            else None
+        )
+        # each enabled feature's snapshot part, by feature name (a provider's None: absent this round)
+        self.providers: dict[str, Callable[[], object | None]] = {"process": process.read}
+        if self.history is not None:
+            self.providers["history"] = self.history.stats
+        if attribution is not None:
+            self.providers["jobs"] = lambda: (
+                None if attribution.kubelet_up is None else KubeletStatus(attribution.kubelet_up)
+            )
+        if self.slurm is not None:
+            self.providers["slurm"] = self.slurm.snapshot
+        if self.bench_state is not None:
+            self.providers["bench"] = self.bench_state.snapshot
+        self.features = tuple(f.name for f in FEATURES if f.part is None or f.name in self.providers)
         self.sampler = Sampler(
             self.reader,
             SamplerOptions(
@@ -84,22 +114,13 @@ class Exporter:
                 gate_below=s.bench.idle_below,
                 job_grace=s.attribution.job_grace,
             ),
-            minute_sink=self.history.submit if self.history else None,
-            extras=self._extras,
+            minute_sink=keep,
+            parts=self._parts,
             on_snapshot=lambda snap: self.exposition.prepare(snap),
-            # the pids of replayed or fake GPUs are not this host's processes: no attribution there
-            attribution=Attribution(
-                s.attribution.proc_root,
-                s.attribution.passwd_file,
-                kubelet_socket(s.attribution.kubelet_socket, DEFAULT_SOCKET),
-                s.attribution.pods_interval,
-            )
-            if self.reader.kind == "nvml"
-            else None,
+            attribution=attribution,
         )
-        self.slurm = SlurmWatcher(s.slurm, self.history) if s.slurm.enabled else None
         self.exposition = Exposition(lambda: self.sampler.snapshot)
-        self.bench = BenchScheduler(s.bench, self.sampler, self.bench_state, self.history) if self.bench_state else None
+        self.bench = BenchScheduler(s.bench, self.sampler, self.bench_state, keep) if self.bench_state else None
         host, port = split_listen(s.web.listen)
         web = WebOptions(
             host=host,
@@ -114,12 +135,10 @@ class Exporter:
         except ssl.SSLError as e:
             raise ConfigError(f"web.tls_cert_file / web.tls_key_file: cannot load the certificate: {e}") from e
 
-    def _extras(self) -> Extras:
-        return Extras(
-            history=self.history.stats() if self.history else None,
-            bench=self.bench_state.snapshot() if self.bench_state else None,
-            queue=self.slurm.snapshot() if self.slurm is not None else None,
-        )
+    def _parts(self) -> Iterator[object]:
+        for provide in self.providers.values():
+            if (part := provide()) is not None:
+                yield part
 
     def _bench_enabled(self) -> bool:
         """Benchmarks run where asked; by default only on real GPUs with torch installed (found
@@ -158,11 +177,12 @@ class Exporter:
             self.slurm.start()
         serve(self.server)
         log.info(
-            "gpuledger exporter %s serving %s/metrics (reader %s, history %s)",
+            "gpuledger exporter %s serving %s/metrics (reader %s, history %s; features %s)",
             __version__,
             self.url,
             self.reader.kind,
             self.history.path if self.history else "off",
+            ", ".join(self.features),
         )
 
     def stop(self) -> None:

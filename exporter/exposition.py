@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from prometheus_client.utils import floatToGoString
 
-from exporter.metrics import METRICS, MetricDef, samples
+from exporter.metrics import METRICS
+from exporter.registry import MetricDef, samples
 from exporter.state import Histogram, Snapshot
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"

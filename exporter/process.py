@@ -1,50 +1,63 @@
-"""The exporter's own process figures (the conventional ``process_*`` metrics), from /proc."""
+"""The process itself: prometheus_client's ``ProcessCollector`` figures (the conventional
+``process_*`` families, from /proc/self), read once per sampling round, never on a scrape."""
 
 from __future__ import annotations
 
-import os
-import resource
+from collections.abc import Callable
 from dataclasses import dataclass
 
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_PAGE = resource.getpagesize()
+from prometheus_client.process_collector import ProcessCollector
+
+from exporter.registry import Feature, Kind, MetricDef, part_row
+
+_COLLECTOR = ProcessCollector(registry=None)
 
 
 @dataclass(frozen=True, slots=True)
 class ProcessStats:
-    cpu_seconds: float
-    resident_bytes: int
-    virtual_bytes: int
-    start_time_seconds: float
-    open_fds: int
-    max_fds: int
+    """What ProcessCollector read; None where /proc did not answer."""
 
-
-def _boot_time() -> float:
-    with open("/proc/stat") as f:
-        for line in f:
-            if line.startswith("btime "):
-                return float(line.split()[1])
-    return 0.0
-
-
-_BOOT = _boot_time() if os.path.exists("/proc/stat") else 0.0
+    cpu_seconds: float | None
+    resident_bytes: float | None
+    virtual_bytes: float | None
+    start_time_seconds: float | None
+    open_fds: float | None
+    max_fds: float | None
 
 
 def read() -> ProcessStats | None:
-    """Figures for this process, or None where /proc is missing."""
-    try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-        fds = len(os.listdir("/proc/self/fd"))
-    except OSError:
+    """This process's figures from ProcessCollector, or None where /proc is missing."""
+    v = {s.name: s.value for family in _COLLECTOR.collect() for s in family.samples}
+    if not v:
         return None
-    # fields after the command name: [11] utime, [12] stime, [19] starttime, [20] vsize, [21] rss
     return ProcessStats(
-        cpu_seconds=(int(fields[11]) + int(fields[12])) / _TICKS,
-        resident_bytes=int(fields[21]) * _PAGE,
-        virtual_bytes=int(fields[20]),
-        start_time_seconds=_BOOT + int(fields[19]) / _TICKS,
-        open_fds=fds,
-        max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        cpu_seconds=v.get("process_cpu_seconds_total"),
+        resident_bytes=v.get("process_resident_memory_bytes"),
+        virtual_bytes=v.get("process_virtual_memory_bytes"),
+        start_time_seconds=v.get("process_start_time_seconds"),
+        open_fds=v.get("process_open_fds"),
+        max_fds=v.get("process_max_fds"),
     )
+
+
+def _row(name: str, kind: Kind, help: str, proc_file: str, fn: Callable[[ProcessStats], float | None]) -> MetricDef:
+    """A row as ProcessCollector declares it: its name, type and help, and no unit
+    (tests/test_metric_registry.py holds them equal)."""
+    source = f"prometheus_client ProcessCollector (/proc/self/{proc_file})"
+    return part_row(ProcessStats, name, kind, "", help, source, fn)
+
+
+# fmt: off
+FEATURE: Feature[ProcessStats] = Feature("process", ProcessStats, (
+    _row("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", "stat",
+         lambda p: p.cpu_seconds),
+    _row("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", "stat",
+         lambda p: p.resident_bytes),
+    _row("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", "stat",
+         lambda p: p.virtual_bytes),
+    _row("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.", "stat",
+         lambda p: p.start_time_seconds),
+    _row("process_open_fds", "gauge", "Number of open file descriptors.", "fd", lambda p: p.open_fds),
+    _row("process_max_fds", "gauge", "Maximum number of open file descriptors.", "limits", lambda p: p.max_fds),
+))
+# fmt: on

@@ -9,16 +9,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from exporter import fastlane, process, slowlane
+from exporter import fastlane, slowlane
 from exporter.attribution.attributor import Attribution
 from exporter.attribution.procfs import Owner
 from exporter.jobs import shares
 from exporter.readers import GpuLost, Reader, ReaderError, ReaderUnavailable, XidEvent
-from exporter.state import EMPTY, Extras, JobMinuteRow, MinuteRow, Snapshot, job_minute_rows, minute_row
+from exporter.state import EMPTY, JobMinuteRow, MinuteRow, Snapshot, by_type, job_minute_rows, minute_row
 from exporter.tracked import ErrorBook, TrackedGpu, count_xids, idle_status, watch_xids
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class Sampler:
         options: SamplerOptions | None = None,
         *,
         minute_sink: MinuteSink | None = None,
-        extras: Callable[[], Extras] | None = None,
+        parts: Callable[[], Iterable[object]] | None = None,
         on_snapshot: Callable[[Snapshot], None] | None = None,
         attribution: Attribution | None = None,
         wall: Callable[[], float] = time.time,
@@ -56,7 +56,7 @@ class Sampler:
         self.opt = options or SamplerOptions()
         self.errors = ErrorBook()
         self._minute_sink = minute_sink
-        self._extras = extras
+        self._parts = parts  # the enabled features' snapshot parts, gathered once per round
         self._on_snapshot = on_snapshot
         self.attribution = attribution
         self._wall = wall
@@ -326,8 +326,7 @@ class Sampler:
     # --- snapshot -----------------------------------------------------------------------
 
     def _publish(self, duration: float) -> None:
-        proc = process.read()
-        extra = self._extras() if self._extras is not None else Extras()
+        parts = by_type(self._parts()) if self._parts is not None else {}
         with self._lock:
             self._seq += 1
             self._snapshot = Snapshot(
@@ -341,11 +340,7 @@ class Sampler:
                 sample_duration_seconds=duration,
                 gpus=tuple(g.snapshot() for g in self._gpus),
                 reader_errors=self.errors.totals(),
-                history=extra.history,
-                process=proc,
-                bench=extra.bench,
-                queue=extra.queue,
-                kubelet_up=self.attribution.kubelet_up if self.attribution else None,
+                parts=parts,
             )
         if self._on_snapshot is not None:
             try:

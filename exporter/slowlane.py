@@ -9,11 +9,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from typing import TypeVar
 
 from exporter.readers import Reader
+from exporter.state import GpuHealth
 from exporter.tracked import ErrorBook, TrackedGpu, call
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +30,7 @@ class Cadence:
 class SlowReading:
     energy_raw: float | None = None
     energy_unsupported: bool = False
-    health: dict[str, object] = dataclasses.field(default_factory=dict)
+    health: GpuHealth = dataclasses.field(default_factory=GpuHealth)  # read this round; None: not due or failed
 
 
 def due(gpu: TrackedGpu, what: str, every: float, now: float) -> bool:
@@ -46,13 +49,22 @@ def read(reader: Reader, gpu: TrackedGpu, cadence: Cadence, now: float, errors: 
     if due(gpu, "energy", cadence.energy, now) and not gpu.energy_from_power:
         out.energy_raw = call(gpu, "energy_joules", lambda: reader.energy_joules(i), errors)
         out.energy_unsupported = "energy_joules" in gpu.unsupported
+    h = GpuHealth()
     if due(gpu, "health", cadence.health, now):
-        out.health["power_limit_watts"] = call(gpu, "power_limit_watts", lambda: reader.power_limit_watts(i), errors)
-        out.health["ecc"] = call(gpu, "ecc_errors", lambda: reader.ecc_errors(i), errors)
-        out.health["remapped"] = call(gpu, "remapped_rows", lambda: reader.remapped_rows(i), errors)
+        h = GpuHealth(
+            power_limit_watts=call(gpu, "power_limit_watts", lambda: reader.power_limit_watts(i), errors),
+            ecc=call(gpu, "ecc_errors", lambda: reader.ecc_errors(i), errors),
+            remapped=call(gpu, "remapped_rows", lambda: reader.remapped_rows(i), errors),
+        )
     if due(gpu, "pcie", cadence.pcie, now):
-        out.health["pcie"] = call(gpu, "pcie_throughput", lambda: reader.pcie_throughput(i), errors)
+        pcie = call(gpu, "pcie_throughput", lambda: reader.pcie_throughput(i), errors)
+        h = dataclasses.replace(h, pcie=pcie)
+    out.health = h
     return out
+
+
+def _newer(old: T | None, new: T | None) -> T | None:
+    return old if new is None else new
 
 
 def apply(gpu: TrackedGpu, r: SlowReading) -> None:
@@ -70,6 +82,10 @@ def apply(gpu: TrackedGpu, r: SlowReading) -> None:
             gpu.jobs.apportion_energy(r.energy_raw - gpu.energy_raw)
         # a counter that went backwards (driver reload) restarts from the new value
         gpu.energy_raw = r.energy_raw
-    if r.health:
-        fresh = {k: v for k, v in r.health.items() if v is not None}
-        gpu.health = dataclasses.replace(gpu.health, **fresh)  # type: ignore[arg-type]
+    old, new = gpu.health, r.health
+    gpu.health = GpuHealth(
+        power_limit_watts=_newer(old.power_limit_watts, new.power_limit_watts),
+        ecc=_newer(old.ecc, new.ecc),
+        remapped=_newer(old.remapped, new.remapped),
+        pcie=_newer(old.pcie, new.pcie),
+    )

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import Any, TypeVar
 
 from exporter.jobs import JobCounters, JobKey
-from exporter.process import ProcessStats
 from exporter.readers import DeviceInfo, EccErrors, PcieThroughput, RemappedRows
 
-if TYPE_CHECKING:
-    from exporter.benchmarks.state import BenchSnapshot
-    from exporter.slurm.watcher import QueueSnapshot
+P = TypeVar("P")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,21 +137,6 @@ class GpuSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class HistoryStats:
-    rows_written: int = 0
-    write_errors: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Extras:
-    """What the daemon's other parts add to each snapshot (absent parts stay None)."""
-
-    history: HistoryStats | None = None
-    bench: BenchSnapshot | None = None
-    queue: QueueSnapshot | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Snapshot:
     seq: int
     taken_at: float  # wall clock, epoch seconds
@@ -166,11 +148,18 @@ class Snapshot:
     sample_duration_seconds: float
     gpus: tuple[GpuSnapshot, ...]
     reader_errors: Mapping[str, int]
-    history: HistoryStats | None = None
-    process: ProcessStats | None = None
-    bench: BenchSnapshot | None = None
-    kubelet_up: bool | None = None  # None: the kubelet's pod-resources API is not in use
-    queue: QueueSnapshot | None = None  # the Slurm watcher's view, on the watcher node
+    parts: Mapping[type[Any], object] = field(default_factory=dict)
+    """What the enabled features add (history stats, benchmarks, the queue, ...), by part type."""
+
+    def part(self, kind: type[P]) -> P | None:
+        """The part a feature of this type contributed, or None while that feature is off."""
+        p = self.parts.get(kind)
+        return p if isinstance(p, kind) else None
+
+
+def by_type(parts: Iterable[object]) -> dict[type[Any], object]:
+    """Snapshot parts keyed by their type, as ``Snapshot.parts`` holds them (one per feature)."""
+    return {type(p): p for p in parts}
 
 
 EMPTY = Snapshot(

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from analytics import synthetic
-from analytics.cli import COMMON, STARTUP_ERRORS, settings_from, start_error, wait_for_signal
+from analytics.cli import STARTUP_ERRORS, full_settings, start_error, wait_for_signal
 from analytics.data import Window, last_full_week
 
 WEEK = 7 * 86400
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         "slurm": {"enabled": False},
     }  # fmt: skip
     try:
-        s = settings_from(argparse.Namespace(**{k: None for k in COMMON}, config=args.config), extra)
+        s = full_settings(args.config, extra)
     except STARTUP_ERRORS as e:
         return start_error("demo", e)
     setup_logging("warning")

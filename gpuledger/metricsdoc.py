@@ -9,8 +9,9 @@ from exporter.metrics import METRICS
 
 HEADER = """# Metrics
 
-Generated from `exporter/metrics.py` and `analytics/metrics.py` by
-`python -m gpuledger.metricsdoc > docs/metrics.md`;
+Generated from the exporter's one metric table (`exporter/metrics.py`, assembled from each
+feature's registered rows: the `source` column says where a value comes from) and
+`analytics/metrics.py` by `python -m gpuledger.metricsdoc > docs/metrics.md`;
 a test fails when this file is stale. Per-GPU metrics carry `gpu` (index) and `uuid`;
 identity details live on `gpuledger_gpu_info` only, so join on them:
 `... * on (gpu, uuid) group_left (model, hostname) gpuledger_gpu_info`.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from analytics.cli import COMMON, STARTUP_ERRORS, settings_from, start_error, wait_for_signal
+from analytics.cli import STARTUP_ERRORS, full_settings, start_error, wait_for_signal
 from analytics.config import FullSettings
 from daemonkit.settings import ConfigError
 from exporter import cli as exporter_cli
@@ -21,16 +21,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timezone", metavar="ZONE", help="weeks start on Monday 00:00 here (default UTC)")
 
 
-def prepare(s: FullSettings, reader: Reader) -> None:
+def prepare(s: FullSettings, reader: Reader) -> FullSettings:
     """Both halves share one history file: the exporter writes it, the analytics read it."""
     if not s.history.enabled:
         raise ConfigError("history.enabled: gpuledger up reads the embedded history; it cannot be off")
-    if s.history.path is None:
+    path = s.history.path
+    if path is None:
         # a replayed capture gets a file of its own, never mixed into a real GPU's history
         base = default_history_path()
-        s.history.path = base if reader.kind == "nvml" else base.with_name("history-replay.db")
-    s.analytics.source = "embedded"
-    s.analytics.history = s.history.path
+        path = base if reader.kind == "nvml" else base.with_name("history-replay.db")
+    return s.model_copy(
+        update={
+            "history": s.history.model_copy(update={"path": path}),
+            "analytics": s.analytics.model_copy(update={"source": "embedded", "history": path}),
+        }
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,10 +46,10 @@ def run(args: argparse.Namespace) -> int:
     analytics = {"listen": args.analytics_listen, "reports_dir": args.reports_dir, "timezone": args.timezone}
     extra = {**exporter_cli.overrides(args), "analytics": {k: v for k, v in analytics.items() if v is not None}}
     try:
-        s = settings_from(argparse.Namespace(**{k: None for k in COMMON}, config=args.config), extra)
+        s = full_settings(args.config, extra)
         setup_logging(s.log_level)
         reader = build_reader(s)
-        prepare(s, reader)
+        s = prepare(s, reader)
         exporter = Exporter(s, reader)
         exporter.start()  # first: it creates the history file the analytics open
         try:

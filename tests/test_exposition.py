@@ -24,13 +24,15 @@ from exporter.benchmarks.results import (
 )
 from exporter.benchmarks.state import BenchSnapshot
 from exporter.collector import Exposition, SnapshotCollector
+from exporter.history.metrics import HistoryStats
+from exporter.jobmetrics import KubeletStatus
 from exporter.jobs import JobCounters, JobKey
 from exporter.metrics import METRICS
 from exporter.process import ProcessStats
 from exporter.readers import EccErrors, GpmActivity, GpuLost, Process, RemappedRows
 from exporter.readers.fake import FakeReader
 from exporter.slurm.watcher import WAIT_BUCKETS, QueueSnapshot
-from exporter.state import GpuSnapshot, Histogram, HistoryStats, Snapshot
+from exporter.state import GpuSnapshot, Histogram, Snapshot, by_type
 from tests.support.metrics import parse_metrics
 from tests.support.paths import REPO
 from tests.support.processes import ExporterProcess
@@ -74,11 +76,7 @@ def fixed_snapshot() -> Snapshot:
     return dataclasses.replace(
         s.snapshot,
         sample_duration_seconds=0.00125,
-        history=HistoryStats(42, 1),
-        process=proc,
-        bench=bench_snapshot(),
-        queue=queue_snapshot(),
-        kubelet_up=True,
+        parts=by_type([HistoryStats(42, 1), proc, bench_snapshot(), queue_snapshot(), KubeletStatus(True)]),
         gpus=(with_jobs(s.snapshot.gpus[0]), *s.snapshot.gpus[1:]),
     )
 
@@ -180,11 +178,13 @@ def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
 
 
+@pytest.mark.integration
 def test_promtool_accepts_the_golden_state() -> None:
     res = promtool_check(render(fixed_snapshot()))
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.integration
 def test_promtool_accepts_the_real_exporter_output(
     exporter_process: Callable[..., ExporterProcess],
 ) -> None:

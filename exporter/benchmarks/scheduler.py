@@ -15,9 +15,9 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from daemonkit.crontab import cron_trigger
 from exporter.benchmarks.plan import Plan, default_plan
+from exporter.benchmarks.records import BenchRecord
 from exporter.benchmarks.runner import BenchRunner, Event, Outcome
 from exporter.benchmarks.state import BenchState
-from exporter.history import BenchRecord, HistoryWriter
 
 if TYPE_CHECKING:
     from exporter.config import BenchSettings
@@ -32,14 +32,14 @@ class BenchScheduler:
         settings: BenchSettings,
         sampler: Sampler,
         state: BenchState,
-        history: HistoryWriter | None,
+        keep: Callable[[list[BenchRecord]], None] | None,
         runner: BenchRunner | None = None,
         plan_hook: Callable[[Plan], Plan] | None = None,
     ) -> None:
         self.settings = settings
         self.sampler = sampler
         self.state = state
-        self.history = history
+        self.keep = keep  # stores the records (the history's submit_bench; None: not stored)
         self.runner = runner or BenchRunner()
         self.plan_hook = plan_hook  # tests inject faults here
         self._lock = threading.Lock()
@@ -94,13 +94,13 @@ class BenchScheduler:
         idle, why = self.sampler.idle_status(self.settings.idle_window)
         if not idle:
             log.info("benchmark round skipped: %s", why)
-            self._keep(self.state.skipped(self.settings.benches, time.time()))
+            self._store(self.state.skipped(self.settings.benches, time.time()))
             return None
         plan = self.plan()
         log.info("benchmark round starting: %s on %d %s ranks (timeout %.0f s)",
                  "+".join(plan.benches), plan.world_size, plan.backend, self.settings.timeout)  # fmt: skip
         outcome = self.runner.run(plan, self.settings.timeout, self._event)
-        self._keep(self.state.record(outcome))
+        self._store(self.state.record(outcome))
         summary = ", ".join(f"{b} {s}" for b, s in outcome.status.items())
         level = logging.INFO if outcome.ok else logging.ERROR
         log.log(level, "benchmark round finished in %.1f s: %s", outcome.duration, summary)
@@ -108,9 +108,9 @@ class BenchScheduler:
             log.error("benchmark child stderr (tail):\n%s", outcome.stderr_tail[-2000:])
         return outcome
 
-    def _keep(self, records: list[BenchRecord]) -> None:
-        if self.history is not None and records:
-            self.history.submit_bench(records)
+    def _store(self, records: list[BenchRecord]) -> None:
+        if self.keep is not None and records:
+            self.keep(records)
 
     @staticmethod
     def _event(ev: Event) -> None:

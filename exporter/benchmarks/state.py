@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.benchmarks.records import BenchRecord
 from exporter.benchmarks.results import (
     PARSERS,
     AllreduceResult,
@@ -19,7 +20,6 @@ from exporter.benchmarks.results import (
     plain,
 )
 from exporter.benchmarks.runner import Outcome
-from exporter.history import BenchRecord
 
 RESULTS = ("ok", "failed", "timeout", "skipped_busy")
 
@@ -79,7 +79,7 @@ class BenchState:
             for r in records:
                 self._last[(r.bench, r.result)] = r.finished
                 if r.result in ("ok", "failed") and r.data and r.data.startswith(("{", "[")):
-                    self._latest[r.bench] = PARSERS[r.bench](r.data)
+                    self._latest[r.bench] = PARSERS[r.bench](json.loads(r.data))
                     if r.duration is not None:
                         self._duration[r.bench] = r.duration
 

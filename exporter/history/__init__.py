@@ -1,6 +1,7 @@
 """Embedded history: per-minute counter increments per GPU and per job, benchmark records and
 finished scheduler jobs in SQLite, for a single node that runs no Prometheus."""
 
+from exporter.benchmarks.records import BenchRecord
 from exporter.history.reads import (
     GpuHour,
     GpuIdentity,
@@ -13,8 +14,6 @@ from exporter.history.reads import (
 )
 from exporter.history.schema import SCHEMA_VERSION, HistoryError, connect
 from exporter.history.tables import (
-    BenchRecord,
-    FinishedJob,
     insert_bench,
     insert_job_minutes,
     insert_jobs,
@@ -22,6 +21,7 @@ from exporter.history.tables import (
     transaction,
 )
 from exporter.history.writer import MAX_PENDING, HistoryWriter
+from exporter.slurm.records import FinishedJob
 
 __all__ = [
     "MAX_PENDING",

@@ -7,8 +7,9 @@ import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from exporter.history.tables import BenchRecord, FinishedJob
+from exporter.benchmarks.records import BenchRecord
 from exporter.jobs import JobKey
+from exporter.slurm.records import FinishedJob
 from exporter.state import ROLLUP_FIELDS
 
 

@@ -6,43 +6,11 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
+from exporter.benchmarks.records import BenchRecord
+from exporter.slurm.records import FinishedJob
 from exporter.state import ROLLUP_FIELDS, JobMinuteRow, MinuteRow
-
-
-@dataclass(frozen=True)
-class BenchRecord:
-    """One benchmark of one round: result ok, failed, timeout or skipped_busy; data is the
-    result as JSON or the error text."""
-
-    finished: float  # wall clock, epoch seconds
-    bench: str
-    result: str
-    duration: float | None
-    backend: str
-    world_size: int
-    data: str | None
-
-
-@dataclass(frozen=True)
-class FinishedJob:
-    """A scheduler job that ended (Slurm), with its times in epoch seconds (None: never)."""
-
-    cluster: str
-    job_id: str
-    name: str
-    user: str
-    partition: str
-    state: str  # COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED, ...
-    submit: float | None
-    eligible: float | None
-    start: float | None  # None when it never started (cancelled while pending)
-    end: float
-    gpus: int
-    exit_code: str
-    restarts: int
 
 
 @contextmanager

@@ -16,10 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from exporter.benchmarks.records import BenchRecord
+from exporter.history.metrics import HistoryStats
 from exporter.history.reads import bench_records
 from exporter.history.schema import connect
-from exporter.history.tables import INSERTS, BenchRecord, delete_before, transaction
-from exporter.state import HistoryStats, MinuteRow
+from exporter.history.tables import INSERTS, delete_before, transaction
+from exporter.state import MinuteRow
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.history import FinishedJob
 from exporter.slurm import states
+from exporter.slurm.records import FinishedJob
 
 
 @dataclass(frozen=True)

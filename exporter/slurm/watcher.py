@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exporter.history import FinishedJob, HistoryWriter
 from exporter.slurm import parse, states
 from exporter.slurm.commands import SourceError, run
+from exporter.slurm.records import FinishedJob
 from exporter.state import Histogram
 
 if TYPE_CHECKING:
@@ -66,9 +66,15 @@ class QueueSnapshot:
 
 
 class SlurmWatcher:
-    def __init__(self, settings: SlurmSettings, history: HistoryWriter | None, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        settings: SlurmSettings,
+        keep: Callable[[list[FinishedJob]], None] | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``keep`` stores the finished jobs (the history's ``submit``; None: not stored)."""
         self.s = settings
-        self.history = history
+        self.keep = keep
         self._clock = clock
         self._env = dict(os.environ, **({"SLURM_CONF": str(settings.conf)} if settings.conf else {}))
         self._lock = threading.Lock()
@@ -306,5 +312,5 @@ class SlurmWatcher:
                 if j.start is not None:
                     self._gpu_seconds[key] = self._gpu_seconds.get(key, 0.0) + j.gpus * max(0.0, j.end - j.start)
                     self._observe_start(j.job_id, j.partition, j.submit, j.eligible, j.start, now)
-        if jobs and self.history is not None:
-            self.history.submit(list(jobs))
+        if jobs and self.keep is not None:
+            self.keep(list(jobs))

@@ -1,0 +1,49 @@
+"""The jobs' rows of the metric table (attribution; see docs/jobs.md): per-GPU job counters from
+each ``GpuSnapshot.jobs``, and the kubelet's status as this feature's snapshot part."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.jobs import JobCounters
+from exporter.registry import Feature, Value, gpu_row, part_row
+from exporter.state import GpuSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class KubeletStatus:
+    """Whether the kubelet's pod-resources API answered last time (absent: not in use)."""
+
+    up: bool
+
+
+JOB_LABELS = ("job_id", "user", "pod", "namespace", "container")
+
+
+def _holding(g: GpuSnapshot) -> Value:
+    return {k.labels(): 1.0 for k, c in g.jobs.items() if c.holding}
+
+
+def _per_job(fn: Callable[[JobCounters], float]) -> Callable[[GpuSnapshot], Value]:
+    return lambda g: {k.labels(): float(fn(c)) for k, c in g.jobs.items()}
+
+
+# fmt: off
+FEATURE: Feature[KubeletStatus] = Feature("jobs", KubeletStatus, (
+    gpu_row("gpuledger_gpu_job_info", "info", "", "A job holding the GPU now (Slurm job, pod, user); empty = unknown.",
+            "processes + /proc cgroups + kubelet pod-resources", _holding, JOB_LABELS),
+    gpu_row("gpuledger_job_gpu_sampled_seconds_total", "counter", "seconds",
+            "Time a job held the GPU (covered rounds).", "attribution", _per_job(lambda c: c.sampled_seconds),
+            JOB_LABELS),
+    gpu_row("gpuledger_job_gpu_busy_seconds_total", "counter", "seconds",
+            "The GPU's busy time times the job's share (SM utilisation, else memory, else equal).",
+            "attribution", _per_job(lambda c: c.busy_seconds), JOB_LABELS),
+    gpu_row("gpuledger_job_gpu_energy_joules_total", "counter", "joules",
+            "The GPU's energy-counter increase apportioned by the job's share of power x time.",
+            "attribution", _per_job(lambda c: c.energy_joules), JOB_LABELS),
+    part_row(KubeletStatus, "gpuledger_attribution_kubelet_up", "gauge", "",
+             "1 when the kubelet's pod-resources API answered last time.", "kubelet pod-resources",
+             lambda k: float(k.up)),
+))
+# fmt: on
