@@ -21,6 +21,9 @@ from tests.support.paths import REPO
 from tests.support.processes import run_cli
 from tests.support.wait import wait_until
 
+# starts real components (see [tool.pytest.ini_options] markers): not in scripts/test --fast
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def fleet() -> Fleet:

@@ -94,6 +94,7 @@ def test_embedded_history_is_exact(embedded: WeekData, fleet: Fleet) -> None:
     assert embedded.bench is not None and embedded.bench.busbw and embedded.bench.speedup[8] == pytest.approx(6.55)
 
 
+@pytest.mark.integration
 def test_prometheus_equals_the_truth(from_prom: WeekData, fleet: Fleet) -> None:
     assert from_prom.problems == ()
     _assert_gpus(from_prom, fleet, 1e-9)  # increase() over whole scrapes of a counter: exact
@@ -126,6 +127,7 @@ def test_prometheus_equals_the_truth(from_prom: WeekData, fleet: Fleet) -> None:
     assert from_prom.bench is not None and from_prom.bench.speedup == pytest.approx({1: 1.0, 2: 1.92, 4: 3.61, 8: 6.55})
 
 
+@pytest.mark.integration
 def test_prometheus_and_embedded_give_the_same_report(from_prom: WeekData, embedded: WeekData) -> None:
     cost = CostModel()
     a, b = build(from_prom, cost), build(embedded, cost)
@@ -144,6 +146,7 @@ def test_prometheus_and_embedded_give_the_same_report(from_prom: WeekData, embed
     assert [(x.world_size, x.verdict) for x in a.multi_gpu] == [(x.world_size, x.verdict) for x in b.multi_gpu]
 
 
+@pytest.mark.integration
 def test_dcgm_exporter_series_give_what_they_allow(fleet: Fleet, tmp_path: Path) -> None:
     server = prometheus(fleet, tmp_path, naming="dcgm")
     try:
@@ -176,6 +179,7 @@ class _StopsAfter(PromAPI):
         return super()._get(path, params)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("after", [3, 70])
 def test_prometheus_stopped_mid_report_fails_clearly(fleet: Fleet, tmp_path: Path, after: int) -> None:
     """Stopped during the GPU totals (3; they take 63) or the per-job queries (70): the failing query is
@@ -192,6 +196,7 @@ def test_prometheus_stopped_mid_report_fails_clearly(fleet: Fleet, tmp_path: Pat
     assert api.queries == after + 3
 
 
+@pytest.mark.integration
 def test_a_window_beyond_the_data_is_incomplete(prom: PrometheusServer, fleet: Fleet) -> None:
     w = iso_week(WEEK)
     shifted = Window(w.start + 86400, w.end + 86400, "shifted", w.timezone)
@@ -202,6 +207,7 @@ def test_a_window_beyond_the_data_is_incomplete(prom: PrometheusServer, fleet: F
     assert first_day_busy > 0  # the day outside the data is missing, not averaged over
 
 
+@pytest.mark.integration
 def test_a_tariff_costs_the_same_from_prometheus_and_the_embedded_history(
     prom: PrometheusServer, embedded: WeekData, fleet: Fleet
 ) -> None:

@@ -15,6 +15,9 @@ from tests.support.http import free_port
 from tests.support.paths import REPO
 from tests.support.tools import require_torch
 
+# starts real components (see [tool.pytest.ini_options] markers): not in scripts/test --fast
+pytestmark = pytest.mark.integration
+
 
 def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")} | {"GLOO_SOCKET_IFNAME": "lo"}

@@ -84,6 +84,7 @@ def test_the_gate_wants_the_whole_window_watched(start: Start) -> None:
     assert exp.bench.runner.children_started == 0
 
 
+@pytest.mark.integration
 def test_a_hung_round_is_killed_while_metrics_keep_answering(start: Start) -> None:
     require_torch()
     # the timeout leaves torch's import and the group's set-up time to finish on a loaded machine
@@ -118,6 +119,7 @@ def test_a_hung_round_is_killed_while_metrics_keep_answering(start: Start) -> No
     assert duration == pytest.approx(outcome.durations["allreduce"]) and 0 < duration < outcome.duration
 
 
+@pytest.mark.integration
 def test_results_survive_a_restart(start: Start) -> None:
     require_torch()
     first = start(history=True)
@@ -162,6 +164,7 @@ def test_the_plan_is_nccl_on_nvml_gpus_and_gloo_elsewhere(start: Start) -> None:
     assert (plan.backend, plan.world_size, plan.device) == ("nccl", 4, "cuda")
 
 
+@pytest.mark.integration
 def test_the_daemon_side_never_imports_torch() -> None:
     code = (
         "import sys, exporter.daemon, exporter.benchmarks.scheduler, exporter.benchmarks.cli, "

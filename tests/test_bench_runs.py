@@ -12,6 +12,9 @@ from exporter.benchmarks.runner import BenchRunner, Event
 from tests.support.processes import process_group_gone
 from tests.support.tools import require_torch
 
+# starts real components (see [tool.pytest.ini_options] markers): not in scripts/test --fast
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(autouse=True)
 def _torch() -> None:

@@ -23,6 +23,7 @@ BAD_TOML = "[exporter\nreader = 'nvml'\n"
 BAD_YAML = "exporter: [unclosed\n"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("args", "env", "file", "named"),
     [
@@ -94,6 +95,7 @@ def test_listen_forms() -> None:
         split_listen("host:99999")
 
 
+@pytest.mark.integration
 def test_version_and_help() -> None:
     res = run_cli("version")
     assert res.returncode == 0 and res.stdout.startswith("gpuledger 0.")
@@ -108,6 +110,7 @@ def test_version_and_help() -> None:
     assert res.returncode == 0 and "--listen" in res.stdout
 
 
+@pytest.mark.integration
 def test_without_a_driver_nvml_reader_serves_nvml_down(
     exporter_process: Callable[..., ExporterProcess],
 ) -> None:
@@ -120,6 +123,7 @@ def test_without_a_driver_nvml_reader_serves_nvml_down(
     assert out.count("NVML unavailable") == 1, out  # one clear line, not one per retry
 
 
+@pytest.mark.integration
 def test_auto_reader_replays_the_bundled_capture_without_nvidia(
     exporter_process: Callable[..., ExporterProcess],
 ) -> None:
@@ -136,6 +140,7 @@ def test_auto_reader_replays_the_bundled_capture_without_nvidia(
     assert "replaying the bundled H200 capture" in out
 
 
+@pytest.mark.integration
 def test_sigterm_stops_cleanly_and_flushes_history(
     tmp_path: Path, exporter_process: Callable[..., ExporterProcess]
 ) -> None:

@@ -268,6 +268,7 @@ def run(prom: PrometheusServer, r: Run, end: float) -> str | None:
     return None
 
 
+@pytest.mark.integration
 def test_every_query_returns_data(live: Stack) -> None:
     started = time.monotonic()
     failures: list[str] = []

@@ -136,6 +136,7 @@ def test_kubernetes_jobs_are_the_ones_the_rules_select() -> None:
     assert all(checked.values()), f"no job matcher found for {[c for c, n in checked.items() if not n]}"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("tool", "args"),
     [("promtool", ["check", "config", str(PROMETHEUS_CONFIG)]), ("amtool", ["check-config", str(ALERTMANAGER_CONFIG)])],

@@ -140,6 +140,7 @@ def test_dockerfile_runs_as_non_root(dockerfile: list[Instruction]) -> None:
     assert any(i.op == "RUN" and f"--uid {user}" in i.args and "/var/lib/gpuledger" in i.args for i in final)
 
 
+@pytest.mark.integration
 def test_dockerfile_metadata(dockerfile: list[Instruction], subcommand_help: Callable[[str], str]) -> None:
     final = final_stage(dockerfile)
     ports = {p.split("/")[0] for i in final if i.op == "EXPOSE" for p in i.args.split()}
@@ -241,6 +242,7 @@ def run_healthcheck(argv: list[str], health_url: str) -> subprocess.CompletedPro
     return subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=env, timeout=30)
 
 
+@pytest.mark.integration
 def test_dockerfile_healthcheck_command_runs(
     dockerfile: list[Instruction], exporter_process: Callable[..., ExporterProcess]
 ) -> None:

@@ -294,16 +294,19 @@ def build_and_check(directory: Path, *, operator: bool, gpu: bool) -> list[Obj]:
     return objs
 
 
+@pytest.mark.integration
 def test_kustomize_base_builds(source_objects: list[Obj]) -> None:
     objs = build_and_check(KUBE, operator=True, gpu=True)
     assert sorted(map(ident, objs)) == sorted(map(ident, source_objects)), "the base build is not every source object"
 
 
+@pytest.mark.integration
 def test_kustomize_core_builds_without_operator() -> None:
     objs = build_and_check(KUBE / "core", operator=False, gpu=True)
     assert sorted(map(ident, objs)) == sorted(map(ident, load_manifests(CORE_MANIFESTS)))
 
 
+@pytest.mark.integration
 def test_kustomize_replay_overlay_builds() -> None:
     objs = build_and_check(KUBE / "overlays" / "replay", operator=False, gpu=False)
     assert sorted(map(ident, objs)) == sorted(map(ident, load_manifests(CORE_MANIFESTS)))

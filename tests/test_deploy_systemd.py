@@ -172,6 +172,7 @@ def units() -> dict[str, Unit]:
     return {p.stem: parse_unit(p) for p in found}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(UNITS))
 def test_systemd_unit_runs_the_right_command(
     units: dict[str, Unit], name: str, subcommand_help: Callable[[str], str]
@@ -293,6 +294,7 @@ def rewritten_units(dest: Path) -> list[Path]:
     return out
 
 
+@pytest.mark.integration
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
     tool = systemd_analyze()
     copies = rewritten_units(tmp_path)
@@ -312,6 +314,7 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     assert "ProtectSystm" in r.stdout + r.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("name", "limit"), [("gpuledger-exporter", 2.5), ("gpuledger-up", 2.5), ("gpuledger-analytics", 1.5)]
 )

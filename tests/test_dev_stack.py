@@ -165,6 +165,7 @@ def rule_groups_in_repo() -> dict[tuple[str, str], int]:
     return out
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_dev_stack_end_to_end(dev_stack: DevStack) -> None:
     r = dev_stack("start")
@@ -256,6 +257,7 @@ def test_dev_stack_end_to_end(dev_stack: DevStack) -> None:
     assert not (dev_stack.state / "ready").exists()
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(90)
 def test_dev_stack_busy_port(dev_stack: DevStack) -> None:
     port = dev_stack.ports["prometheus"]
@@ -278,6 +280,7 @@ def test_dev_stack_busy_port(dev_stack: DevStack) -> None:
         assert r.returncode == 3, r.stdout + r.stderr
 
 
+@pytest.mark.integration
 def test_dev_stack_help_and_unknown_command(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
     env["DEV_STACK_DIR"] = str(tmp_path / "state")

@@ -145,6 +145,7 @@ def test_job_minutes_reach_the_history(node: tuple[FakeReader, Attribution, Path
         assert energy == pytest.approx(c.energy_joules)
 
 
+@pytest.mark.integration
 def test_hostile_names_are_escaped_and_promtool_agrees(node: tuple[FakeReader, Attribution, Path]) -> None:
     r, attribution, _ = node
     s = make_sampler(r)

@@ -13,6 +13,9 @@ from analytics.sources.kubernetes import queue_wait
 from analytics.sources.promapi import PromAPI
 from tests.support.prometheus import PrometheusServer
 
+# starts real components (see [tool.pytest.ini_options] markers): not in scripts/test --fast
+pytestmark = pytest.mark.integration
+
 START = 1795219200  # 2026-11-22 00:00 UTC
 END = START + 2 * 86400
 STEP = 30

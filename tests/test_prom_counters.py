@@ -15,6 +15,9 @@ from analytics.sources.counters import day_totals, hourly
 from analytics.sources.promapi import PromAPI
 from tests.support.prometheus import PrometheusServer
 
+# starts real components (see [tool.pytest.ini_options] markers): not in scripts/test --fast
+pytestmark = pytest.mark.integration
+
 DAY0 = 1795219200  # Saturday 2026-11-21 00:00 UTC
 STEP = 60
 H = 3600

@@ -59,6 +59,7 @@ def _api(url: str, **kw: object) -> PromAPI:
     return PromAPI(PrometheusSettings(url=url, retries=0, timeout=5, **kw))
 
 
+@pytest.mark.integration
 def test_https_with_basic_auth_and_a_ca_file(secure: tuple[str, Path]) -> None:
     url, cert = secure
     [series] = _api(url, username="reports", password="s3cret", ca_file=cert).query("vector(7)", time.time())
@@ -67,6 +68,7 @@ def test_https_with_basic_auth_and_a_ca_file(secure: tuple[str, Path]) -> None:
     assert _api(url, username="reports", password="s3cret", verify_tls=False).query("vector(1)", time.time())
 
 
+@pytest.mark.integration
 def test_refusals_are_clear(secure: tuple[str, Path]) -> None:
     url, cert = secure
     with pytest.raises(QueryError, match="401"):  # wrong password: refused, not retried

@@ -15,6 +15,9 @@ from tests.support.paths import CAPTURE
 from tests.support.processes import ExporterProcess
 from tests.support.prometheus import PrometheusServer
 
+# starts real components (see [tool.pytest.ini_options] markers): not in scripts/test --fast
+pytestmark = pytest.mark.integration
+
 SPEED = 4.0  # capture seconds per wall second: a 20 s window spans 80 s of capture
 WINDOW = "20s"
 

@@ -92,6 +92,7 @@ def page(browser: tuple[WebDriver, Path]) -> tuple[WebDriver, str]:
     return show(browser, "report.html", source), source
 
 
+@pytest.mark.integration
 def test_no_script_no_errors_hostile_text_shown(page: tuple[WebDriver, str]) -> None:
     driver, _ = page
     logs: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
@@ -102,6 +103,7 @@ def test_no_script_no_errors_hostile_text_shown(page: tuple[WebDriver, str]) -> 
     assert HOSTILE_USER in driver.execute_script("return document.body.innerText")
 
 
+@pytest.mark.integration
 def test_charts_are_drawn_at_a_visible_size(page: tuple[WebDriver, str]) -> None:
     driver, _ = page
     charts: list[dict[str, Any]] = driver.execute_script(
@@ -114,6 +116,7 @@ def test_charts_are_drawn_at_a_visible_size(page: tuple[WebDriver, str]) -> None
         assert chart["w"] > 50 and chart["h"] > 50 and chart["marks"] > 0, chart
 
 
+@pytest.mark.integration
 def test_incomplete_banner_visible(page: tuple[WebDriver, str]) -> None:
     from selenium.webdriver.common.by import By
 
@@ -121,6 +124,7 @@ def test_incomplete_banner_visible(page: tuple[WebDriver, str]) -> None:
     assert banner.is_displayed() and "INCOMPLETE" in banner.text
 
 
+@pytest.mark.integration
 def test_full_page_screenshot(page: tuple[WebDriver, str]) -> None:
     driver = page[0]
     size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
@@ -198,6 +202,7 @@ def analytics_landing() -> str:
     return landing_page(reports, files, HOSTILE_SOURCE, "Europe/Berlin", "0.1.0")
 
 
+@pytest.mark.integration
 def test_exporter_landing_escapes_hostile_names_and_shows_the_latest_figures() -> None:
     page = exporter_landing()
     parts = _Parts(page)
@@ -211,6 +216,7 @@ def test_exporter_landing_escapes_hostile_names_and_shows_the_latest_figures() -
     assert "<style>" in page and "--accent: #2f6db5" in page  # the report's stylesheet, inline
 
 
+@pytest.mark.integration
 def test_analytics_landing_escapes_hostile_text_and_shows_each_window() -> None:
     page = analytics_landing()
     parts = _Parts(page)
@@ -235,6 +241,7 @@ def test_report_escapes_notes_into_text() -> None:
     assert "img" not in parts.tags and "script" not in parts.tags and "onerror" not in parts.attrs
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["exporter", "analytics"])
 def test_landing_pages_render_in_the_report_style(browser: tuple[WebDriver, Path], name: str) -> None:
     source = exporter_landing() if name == "exporter" else analytics_landing()

@@ -45,18 +45,21 @@ def test_there_are_rule_and_test_files() -> None:
     assert TEST_FILES
 
 
+@pytest.mark.integration
 def test_promtool_checks_the_config() -> None:
     res = promtool("check", "config", str(PROM / "prometheus.yml"))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "2 rule files found" in res.stdout, res.stdout
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.name)
 def test_promtool_checks_the_rules(path: Path) -> None:
     res = promtool("check", "rules", str(path))
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)
 def test_promtool_unit_tests_pass(path: Path) -> None:
     res = promtool("test", "rules", str(path))

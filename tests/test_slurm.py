@@ -43,6 +43,7 @@ def state(c: SlurmCluster, job: str) -> str:
     return c.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
 
 
+@pytest.mark.integration
 def test_queue_wait_failures_cancellations_and_requeues(cluster: SlurmCluster, tmp_path: Path) -> None:
     c = cluster
     settings = load(None, {

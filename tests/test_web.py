@@ -41,6 +41,7 @@ def node() -> Iterator[tuple[FakeReader, Sampler, MetricsServer]]:
     yield r, s, srv
     srv.shutdown()
     srv.server_close()
+    srv.server_close()
 
 
 def test_scrapes_never_touch_the_reader(node: tuple[FakeReader, Sampler, MetricsServer]) -> None:
@@ -69,6 +70,7 @@ def test_metrics_are_served_while_the_reader_hangs() -> None:
     finally:
         r.release()
         srv.shutdown()
+        srv.server_close()
         s.stop()
 
 
@@ -97,6 +99,7 @@ def test_healthz_is_200_while_fresh_and_503_when_stale(frozen_monotonic: FakeMon
         assert http_get(srv.url + "/healthz")[0] == 200
     finally:
         srv.shutdown()
+        srv.server_close()
 
 
 def test_landing_page_and_404(node: tuple[FakeReader, Sampler, MetricsServer]) -> None:
@@ -131,6 +134,7 @@ def test_basic_auth_with_bcrypt_hashes() -> None:
         assert http_get(srv.url + "/healthz")[0] == 200  # probes need no credentials
     finally:
         srv.shutdown()
+        srv.server_close()
 
 
 def test_tls(tmp_path: Path) -> None:
@@ -149,3 +153,4 @@ def test_tls(tmp_path: Path) -> None:
         assert http_get(srv.url + "/healthz", context=ctx)[0] == 200  # still serving after a bad client
     finally:
         srv.shutdown()
+        srv.server_close()
