@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
+import sys
+from pathlib import Path
 
 import pytest
 
 from exporter.benchmarks import report
 from exporter.benchmarks.plan import BENCHES, Plan, default_plan
 from exporter.benchmarks.results import (
+    PARSERS,
     AllreduceResult,
     TrainMeasurement,
     allreduce_from,
@@ -17,8 +21,10 @@ from exporter.benchmarks.results import (
     peak_flops,
     plain,
     predicted_speedup,
+    train_from,
     train_result,
 )
+from exporter.benchmarks.runner import EVENT_PREFIX, BenchRunner, Rendezvous
 
 
 def test_bus_bandwidth_follows_nccl_tests() -> None:
@@ -41,7 +47,7 @@ def test_summaries_say_which_is_which_and_interpolate_on_log_size() -> None:
     assert r.busbw_average == pytest.approx(30e9)  # nccl-tests' mean over sizes
     assert r.busbw_at(1 << 21) == pytest.approx(20e9)  # halfway in log2(size)
     assert r.busbw_at(1) == pytest.approx(10e9) and r.busbw_at(1 << 40) == pytest.approx(50e9)
-    assert allreduce_from(plain(r)) == r  # survives JSON
+    assert allreduce_from(json.dumps(plain(r))) == r  # survives JSON
 
 
 def test_predicted_speedup_without_and_with_overlap() -> None:
@@ -95,8 +101,6 @@ def test_plans_round_trip_and_cover_the_world_sizes(tmp_path: object) -> None:
     assert default_plan(BENCHES, "gloo", 2).train_world_sizes() == [1, 2]
     assert p.allreduce.sizes()[0] == 1024 and p.allreduce.sizes()[-1] == 1 << 30 and len(p.allreduce.sizes()) == 21
     assert 20 < p.estimate_seconds() <= 60  # the target for a full default round on 8 GPUs
-    from pathlib import Path
-
     path = Path(str(tmp_path)) / "plan.json"
     p.save(path)
     assert Plan.load(path) == p
@@ -108,3 +112,58 @@ def test_tables_look_like_nccl_tests() -> None:
     assert "# Avg bus bandwidth    : 30.000 GB/s" in text
     assert "largest size (16777216 B): 50.000 GB/s" in text
     assert not math.isnan(sweep({1 << 20: 1e9}).busbw_average)
+
+
+def test_a_plan_file_with_a_word_for_a_size_is_refused_naming_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    default_plan(BENCHES, "gloo", 2).save(path)
+    good = json.loads(path.read_text())
+    for section, key, bad in (("allreduce", "max_bytes", "big"), ("allreduce", "max_bytes", 1.5),
+                              ("train", "steps", "30"), ("matmul", "seconds_per_dtype", "1.0")):  # fmt: skip
+        raw = json.loads(json.dumps(good))
+        raw[section][key] = bad
+        path.write_text(json.dumps(raw))
+        with pytest.raises(ValueError, match=rf"plan .*plan\.json: {section}\.{key}: Input should be a valid"):
+            Plan.load(path)
+    path.write_text(json.dumps({**good, "world_size": "2"}))
+    with pytest.raises(ValueError, match="world_size"):
+        Plan.load(path)
+    path.write_text(json.dumps({**good, "allreduce": {**good["allreduce"], "max_bytez": 1}}))
+    with pytest.raises(ValueError, match=r"allreduce\.max_bytez: Unexpected"):
+        Plan.load(path)
+
+
+def test_a_result_with_a_string_for_a_number_is_refused_naming_the_field() -> None:
+    r = sweep({1 << 20: 10e9, 1 << 24: 50e9})
+    data = plain(r)
+    data["rows"][1]["busbw"] = "50 GB/s"
+    with pytest.raises(ValueError, match=r"allreduce result: rows\.1\.busbw: Input should be a valid number"):
+        allreduce_from(json.dumps(data))
+    data = plain(r)
+    data["rows"][0]["wrong"] = 0.5  # a count
+    with pytest.raises(ValueError, match=r"rows\.0\.wrong"):
+        PARSERS["allreduce"](json.dumps(data))
+    train = train_result(model="m", params=1, grad_bytes=1, batch=1, seq=1, flops_per_sample=1.0, peak=None,
+                         measured=[TrainMeasurement(2, 0.1)], sweep=None)  # fmt: skip
+    assert math.isnan(train.rows[0].speedup)  # no one-GPU baseline: NaN, and it survives JSON
+    text = json.dumps(plain(train))
+    assert math.isnan(train_from(text).rows[0].speedup)
+    with pytest.raises(ValueError, match=r"train result: rows\.0\.step_seconds"):
+        train_from(text.replace('"step_seconds": 0.1', '"step_seconds": "0.1"'))
+    matmul = json.dumps([{"dtype": "bfloat16", "n": 8192, "flops_per_second": "659e12", "per_rank": [659e12]}])
+    with pytest.raises(ValueError, match=r"matmul result: 0\.flops_per_second"):
+        PARSERS["matmul"](matmul)
+
+
+def test_a_round_whose_result_does_not_fit_its_type_fails_naming_the_field() -> None:
+    data = plain(sweep({1 << 20: 10e9}))
+    data["rows"][0]["busbw"] = "10 GB/s"
+    event = EVENT_PREFIX + json.dumps({"event": "result", "bench": "allreduce", "data": data})
+
+    class Worker(BenchRunner):  # a worker that writes a malformed result, without torch
+        def command(self, plan_path: Path, rdzv: Rendezvous | None) -> list[str]:
+            return [sys.executable, "-c", f"print({event!r})"]
+
+    out = Worker().run(default_plan(("allreduce",), "gloo", 1, quick=True), timeout=60)
+    assert out.result.allreduce is None and out.status == {"allreduce": "failed"}
+    assert "rows.0.busbw: Input should be a valid number" in out.result.errors["allreduce"]

@@ -28,6 +28,35 @@ def test_json_round_trip_is_exact_and_versioned() -> None:
         from_json(text.replace(SCHEMA, "gpuledger.report/v0"))
 
 
+@pytest.mark.parametrize(
+    ("path", "bad", "named"),
+    [
+        (("fleet", "total_cost"), "1,234.50", r"fleet\.total_cost: Input should be a valid number \(got '1,234\.50'\)"),
+        (("rows", 0, "busy_gpu_hours"), "12.5", r"rows\.0\.busy_gpu_hours: Input should be a valid number"),
+        (("rows", 0, "gpus"), 4.5, r"rows\.0\.gpus: Input should be a valid integer"),
+        (("benchmarks", 0, "value"), None, r"benchmarks\.0\.value: Input should be a valid number"),
+        (("complete",), "false", r"complete: Input should be a valid boolean"),
+        (("daily", 0, "bogus"), 1, r"daily\.0\.bogus: Unexpected"),
+    ],
+)
+def test_json_with_a_wrong_type_is_refused_naming_the_field(
+    path: tuple[str | int, ...], bad: object, named: str
+) -> None:
+    data = json.loads(to_json(sample_report()))
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = bad
+    with pytest.raises(ValueError, match=rf"not a {re.escape(SCHEMA)} report: {named}"):
+        from_json(json.dumps(data))
+
+
+def test_json_writes_a_non_finite_figure_as_not_measured() -> None:
+    fleet = dataclasses.replace(sample_report().fleet, utilization=float("nan"), cost_per_useful_gpu_hour=float("inf"))
+    data = json.loads(to_json(dataclasses.replace(sample_report(), fleet=fleet)))
+    assert data["fleet"]["utilization"] is None and data["fleet"]["cost_per_useful_gpu_hour"] is None
+
+
 def test_csv_parses_back_with_hostile_keys() -> None:
     report = sample_report()
     files = to_csv(report)

@@ -7,13 +7,15 @@ import csv
 import dataclasses
 import datetime as dt
 import io
-import json
 import math
 import re
+import typing
 import zoneinfo
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from pydantic import TypeAdapter
 
 from analytics.report.model import (
     SCHEMA,
@@ -28,6 +30,7 @@ from analytics.report.model import (
     Report,
     VerdictRow,
 )
+from daemonkit.jsondoc import parse
 
 DASH = "—"  # not measured: never rendered as 0
 TOP_JOBS = 20
@@ -279,47 +282,43 @@ EXAMPLE_PRICES = "Example prices: set [cost] in the configuration for yours; the
 _LISTS: dict[str, type[Any]] = {"rows": CostRow, "daily": DayRow, "queue": QueueRow, "failures": FailureRow,
                                 "benchmarks": BenchRow, "multi_gpu": VerdictRow, "rent_vs_buy": RentRow,
                                 "deltas": Delta, "prices": PriceRow}  # fmt: skip
+_REPORT = TypeAdapter(Report)
+_FIELDS = {name: TypeAdapter(hint) for name, hint in typing.get_type_hints(Report).items()}
+_ROWS = {name: TypeAdapter(cls) for name, cls in _LISTS.items()}
+
+
+@dataclass(frozen=True)
+class _Head:
+    """What a report file says it is, read before the rest (other keys are ignored here)."""
+
+    schema: object = None
+
+
+_HEAD = TypeAdapter(_Head)
 
 
 def to_json(report: Report) -> str:
-    """One key per line and one row per line: readable, diffable, and written by json's C
-    encoder (``indent`` would switch to the pure-Python one, 10x slower on a large fleet)."""
-
-    def dump(v: Any) -> str:
-        return json.dumps(v, ensure_ascii=False, allow_nan=False)
-
+    """One key per line and one row per line: readable and diffable. Each value is written by
+    its TypeAdapter (a non-finite number, never meant to occur, becomes null: "not measured")."""
     parts = []
-    for key, value in report.to_dict().items():
-        if isinstance(value, list) and value and isinstance(value[0], dict):
-            rows = ",\n  ".join(map(dump, value))
-            parts.append(f"{dump(key)}: [\n  {rows}\n ]")
+    for name, adapter in _FIELDS.items():
+        value = getattr(report, name)
+        if name in _ROWS and value:
+            rows = b",\n  ".join(map(_ROWS[name].dump_json, value))
+            parts.append(b'"%s": [\n  %s\n ]' % (name.encode(), rows))
         else:
-            parts.append(f"{dump(key)}: {dump(value)}")
-    return "{\n " + ",\n ".join(parts) + "\n}\n"
+            parts.append(b'"%s": %s' % (name.encode(), adapter.dump_json(value)))
+    return (b"{\n " + b",\n ".join(parts) + b"\n}\n").decode()
 
 
-def _build(cls: type[Any], data: Any) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    if not isinstance(data, dict) or not set(data) <= names:
-        raise ValueError(f"not a {cls.__name__}: {data!r:.200}")
-    try:
-        return cls(**data)
-    except TypeError as e:  # a field is missing
-        raise ValueError(f"not a {cls.__name__}: {e}") from e
-
-
-def from_json(text: str) -> Report:
-    """Rebuild a report from :func:`to_json`; a different schema is a ValueError."""
-    data = json.loads(text)
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"not a {SCHEMA} report (schema: {found!r})")
-    fields = dict(data)
-    fields["fleet"] = _build(CostRow, data.get("fleet"))
-    for name, cls in _LISTS.items():
-        fields[name] = [_build(cls, x) for x in data.get(name, [])]
-    report: Report = _build(Report, fields)
-    return report
+def from_json(text: str | bytes) -> Report:
+    """Rebuild a report from :func:`to_json`, strictly: a string where a number belongs, or an
+    unknown key, is a ValueError naming the field; so is a different schema."""
+    what = f"not a {SCHEMA} report"
+    found = parse(_HEAD, text, what).schema
+    if found != SCHEMA:
+        raise ValueError(f"{what} (schema: {found!r})")
+    return parse(_REPORT, text, what)
 
 
 # ---------------------------------------------------------------- CSV

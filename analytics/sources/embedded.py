@@ -8,7 +8,6 @@ pending when the report runs are not in the history yet).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import sqlite3
 import zoneinfo
@@ -121,10 +120,10 @@ class EmbeddedSource:
         throughput: dict[int, float] = {}
         model = ""
         if "allreduce" in latest:
-            ar = allreduce_from(json.loads(latest["allreduce"]))
+            ar = allreduce_from(latest["allreduce"])
             busbw[ar.world_size] = ar.busbw_largest
         if "train" in latest:
-            t = train_from(json.loads(latest["train"]))
+            t = train_from(latest["train"])
             model = t.model
             for row in t.rows:
                 speedup[row.world_size] = row.speedup

@@ -11,7 +11,7 @@ from typing import Any
 
 from exporter.benchmarks import report
 from exporter.benchmarks.plan import BENCHES, Backend, Plan, default_plan
-from exporter.benchmarks.results import to_dict
+from exporter.benchmarks.results import plain
 from exporter.benchmarks.runner import BenchRunner, Event, Outcome, Rendezvous
 
 
@@ -127,9 +127,9 @@ def outcome_dict(o: Outcome) -> dict[str, Any]:
         "started": o.started,
         "duration_seconds": o.duration,
         "device": r.device,
-        "allreduce": to_dict(r.allreduce),
-        "train": to_dict(r.train),
-        "matmul": [to_dict(x) for x in r.matmul] if r.matmul else None,
-        "memcpy": [to_dict(x) for x in r.memcpy] if r.memcpy else None,
+        "allreduce": plain(r.allreduce),
+        "train": plain(r.train),
+        "matmul": plain(r.matmul) if r.matmul else None,
+        "memcpy": plain(r.memcpy) if r.memcpy else None,
         "errors": r.errors,
     }

@@ -8,10 +8,13 @@ CPU gets sizes that finish in seconds on two cores (it can test correctness, not
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
+
+from pydantic import TypeAdapter
+
+from daemonkit.jsondoc import STRICT, parse
 
 BENCHES = ("allreduce", "train", "matmul", "memcpy")
 Backend = Literal["nccl", "gloo"]
@@ -76,6 +79,8 @@ class Inject:
 
 @dataclass(frozen=True)
 class Plan:
+    __pydantic_config__ = STRICT  # a plan file with "max_bytes": "big" is refused, naming the field
+
     benches: tuple[str, ...]
     backend: Backend
     world_size: int
@@ -114,26 +119,18 @@ class Plan:
         return t
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=1)
+        return _PLAN.dump_json(self, indent=1).decode()
 
     def save(self, path: Path) -> None:
         path.write_text(self.to_json())
 
     @staticmethod
     def load(path: str | Path) -> Plan:
-        raw: dict[str, Any] = json.loads(Path(path).read_text())
-        return Plan(
-            benches=tuple(raw["benches"]),
-            backend=raw["backend"],
-            world_size=int(raw["world_size"]),
-            allreduce=AllreducePlan(**raw["allreduce"]),
-            train=TrainPlan(**{**raw["train"], "world_sizes": tuple(raw["train"]["world_sizes"])}),
-            matmul=MatmulPlan(**{**raw["matmul"], "dtypes": tuple(raw["matmul"]["dtypes"])}),
-            memcpy=MemcpyPlan(**{**raw["memcpy"], "kinds": tuple(raw["memcpy"]["kinds"])}),
-            collective_timeout=float(raw["collective_timeout"]),
-            inject=Inject(**raw["inject"]),
-        )
+        """A plan file; a DocumentError (a ValueError) names each field that does not fit."""
+        return parse(_PLAN, Path(path).read_bytes(), f"plan {path}")
 
+
+_PLAN = TypeAdapter(Plan)
 
 CPU_TRAIN = TrainPlan(
     model="encoder-2x128", layers=2, d_model=128, heads=4, ff=512, seq=64, batch=8, warmup_steps=3, steps=10

@@ -8,13 +8,17 @@ throughput(1)``, ``efficiency = speedup / n``.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import itertools
 import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import ConfigDict, TypeAdapter
+
+from daemonkit.jsondoc import STRICT, parse
 
 # Dense bf16 tensor-core peak from NVIDIA datasheets (FLOP/s), for MFU. Longest match wins.
 PEAK_BF16_FLOPS: dict[str, float] = {
@@ -45,6 +49,8 @@ def bus_factor(n: int) -> float:
 
 @dataclass(frozen=True)
 class AllreduceRow:
+    __pydantic_config__ = STRICT  # results are read strictly: a string busbw is an error
+
     size_bytes: int
     count: int  # elements
     time_seconds: float  # per operation, slowest rank
@@ -61,6 +67,8 @@ def allreduce_row(size_bytes: int, count: int, time_seconds: float, iters: int, 
 
 @dataclass(frozen=True)
 class AllreduceResult:
+    __pydantic_config__ = STRICT
+
     backend: str
     world_size: int
     dtype: str
@@ -109,6 +117,8 @@ class TrainMeasurement:
 
 @dataclass(frozen=True)
 class TrainRow:
+    __pydantic_config__ = STRICT
+
     world_size: int
     step_seconds: float
     per_gpu_samples_per_second: float
@@ -124,6 +134,8 @@ class TrainRow:
 
 @dataclass(frozen=True)
 class TrainResult:
+    __pydantic_config__ = STRICT
+
     model: str
     params: int
     grad_bytes: int
@@ -199,6 +211,8 @@ def train_result(
 
 @dataclass(frozen=True)
 class MatmulRow:
+    __pydantic_config__ = STRICT
+
     dtype: str
     n: int
     flops_per_second: float  # the slowest rank: what every GPU delivers
@@ -207,6 +221,8 @@ class MatmulRow:
 
 @dataclass(frozen=True)
 class MemcpyRow:
+    __pydantic_config__ = STRICT
+
     kind: str  # d2d, h2d, d2h (pinned host memory) or host (CPU)
     bytes: int
     bytes_per_second: float  # bytes copied per second, slowest rank
@@ -228,34 +244,34 @@ class RoundResult:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-def to_dict(obj: Any) -> Any:
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) and not isinstance(obj, type) else obj
+# --- as JSON: every result kind through its TypeAdapter ------------------------------------
+
+_ALLREDUCE = TypeAdapter(AllreduceResult)
+_TRAIN = TypeAdapter(TrainResult)
+ADAPTERS: dict[str, TypeAdapter[Any]] = {
+    "allreduce": _ALLREDUCE,
+    "train": _TRAIN,
+    "matmul": TypeAdapter(tuple[MatmulRow, ...]),
+    "memcpy": TypeAdapter(tuple[MemcpyRow, ...]),
+}
+_ANY: TypeAdapter[Any] = TypeAdapter(Any, config=ConfigDict(ser_json_inf_nan="constants"))
 
 
 def plain(result: Any) -> Any:
-    """A result as JSON-ready data (row tuples become lists of dicts)."""
-    return [to_dict(r) for r in result] if isinstance(result, tuple) else to_dict(result)
+    """A result (or a tuple of rows) as JSON-ready data. NaN stays NaN (a speedup without a
+    one-GPU baseline), which ``json.dumps`` writes and the parsers read back."""
+    return _ANY.dump_python(result, mode="json")
 
 
-def allreduce_from(d: dict[str, Any]) -> AllreduceResult:
-    return AllreduceResult(d["backend"], d["world_size"], d["dtype"], tuple(AllreduceRow(**r) for r in d["rows"]))
-
-
-def train_from(d: dict[str, Any]) -> TrainResult:
-    return TrainResult(**{**d, "rows": tuple(TrainRow(**r) for r in d["rows"])})
-
-
-def matmul_from(rows: list[dict[str, Any]]) -> tuple[MatmulRow, ...]:
-    return tuple(MatmulRow(**{**r, "per_rank": tuple(r["per_rank"])}) for r in rows)
-
-
-def memcpy_from(rows: list[dict[str, Any]]) -> tuple[MemcpyRow, ...]:
-    return tuple(MemcpyRow(**{**r, "per_rank": tuple(r["per_rank"])}) for r in rows)
-
-
-PARSERS: dict[str, Callable[[Any], Any]] = {
-    "allreduce": allreduce_from,
-    "train": train_from,
-    "matmul": matmul_from,
-    "memcpy": memcpy_from,
+PARSERS: dict[str, Callable[[str | bytes], Any]] = {
+    bench: functools.partial(parse, adapter, what=f"{bench} result") for bench, adapter in ADAPTERS.items()
 }
+"""JSON text -> that benchmark's result; a DocumentError (a ValueError) names each field that does not fit."""
+
+
+def allreduce_from(text: str | bytes) -> AllreduceResult:
+    return parse(_ALLREDUCE, text, "allreduce result")
+
+
+def train_from(text: str | bytes) -> TrainResult:
+    return parse(_TRAIN, text, "train result")

@@ -152,7 +152,10 @@ class BenchRunner:
             elif kind == "error":
                 out.result.errors[bench] = str(ev.get("message", ""))
             elif kind == "result" and bench in PARSERS:
-                setattr(out.result, bench, PARSERS[bench](ev["data"]))
+                try:
+                    setattr(out.result, bench, PARSERS[bench](json.dumps(ev["data"])))
+                except ValueError as e:  # a result that does not fit its type: named, never a value
+                    out.result.errors[bench] = str(e)
             if kind in ("error", "result") and bench in begun:
                 out.durations[bench] = time.monotonic() - begun[bench]
             if on_event is not None:

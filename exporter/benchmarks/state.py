@@ -79,7 +79,7 @@ class BenchState:
             for r in records:
                 self._last[(r.bench, r.result)] = r.finished
                 if r.result in ("ok", "failed") and r.data and r.data.startswith(("{", "[")):
-                    self._latest[r.bench] = PARSERS[r.bench](json.loads(r.data))
+                    self._latest[r.bench] = PARSERS[r.bench](r.data)
                     if r.duration is not None:
                         self._duration[r.bench] = r.duration
 
