@@ -59,6 +59,15 @@ def last_full_week(now: float, timezone: str = "UTC") -> Window:
     return iso_week(iso_week_label(this.start - 1, timezone), timezone)
 
 
+@dataclass(frozen=True, slots=True)
+class GpuDay:
+    """One GPU's local day of the window (the days of ``days``)."""
+
+    sampled_s: float
+    busy_s: float
+    energy_j: float | None
+
+
 @dataclass(frozen=True)
 class GpuWeek:
     uuid: str
@@ -72,7 +81,7 @@ class GpuWeek:
     allocated_idle_s: float | None
     energy_j: float | None
     energy_by_hour: tuple[float, ...] | None = None  # joules per hour of the window, for tariffs
-    daily: tuple[tuple[float, float, float | None], ...] = ()  # per day: sampled, busy, energy
+    daily: tuple[GpuDay, ...] = ()  # per local day of the window
 
 
 @dataclass(frozen=True)

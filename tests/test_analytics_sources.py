@@ -64,7 +64,7 @@ def _assert_gpus(data: WeekData, fleet: Fleet, rel: float) -> None:
                           ("alloc", g.allocated_s), ("idle", g.allocated_idle_s), ("energy", g.energy_j)):  # fmt: skip
             assert _close(got, t[name], rel), (g.uuid, name, got, t[name])
         days = fleet.window.seconds / 86400
-        assert len(g.daily) == days and math.isclose(sum(d[1] for d in g.daily), t["busy"], rel_tol=1e-9)
+        assert len(g.daily) == days and math.isclose(sum(d.busy_s for d in g.daily), t["busy"], rel_tol=1e-9)
 
 
 def _assert_failures(data: WeekData, fleet: Fleet) -> None:

@@ -197,10 +197,9 @@ def _daily(data: WeekData) -> list[DayRow]:
     out = []
     for i, day in enumerate(days(data.window)):
         per = [g.daily[i] for g in data.gpus if i < len(g.daily)]
-        energies = [e for _, _, e in per]
-        energy = _sum(energies)
-        out.append(DayRow(day.date, sum(s for s, _, _ in per) / 3600, sum(b for _, b, _ in per) / 3600,
-                          None if energy is None else energy / JOULES_PER_KWH))  # fmt: skip
+        energy = _sum(d.energy_j for d in per)
+        sampled, busy = sum(d.sampled_s for d in per), sum(d.busy_s for d in per)
+        out.append(DayRow(day.date, sampled / 3600, busy / 3600, None if energy is None else energy / JOULES_PER_KWH))
     return out
 
 

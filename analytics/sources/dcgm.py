@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from analytics.config import PrometheusSettings
-from analytics.data import GpuWeek, WeekData, Window, days
+from analytics.data import GpuDay, GpuWeek, WeekData, Window, days
 from analytics.sources import kubernetes
 from analytics.sources.base import SourceUnavailable
 from analytics.sources.promapi import PromAPI, QueryError, rng
@@ -96,7 +96,7 @@ class DcgmSource:
                 gpu=lab.get("gpu", ""), sampled_s=sum(f.sampled for f in mine), busy_s=sum(f.busy for f in mine),
                 sm_active_s=_total(f.sm for f in mine), allocated_s=None, allocated_idle_s=None,
                 energy_j=_total(f.energy for f in mine),
-                daily=tuple((f.sampled, f.busy, f.energy) if (f := d.get(uuid)) else (0.0, 0.0, None)
+                daily=tuple(GpuDay(f.sampled, f.busy, f.energy) if (f := d.get(uuid)) else GpuDay(0.0, 0.0, None)
                             for d in per_day),
             ))  # fmt: skip
         queue = []

@@ -14,12 +14,11 @@ import zoneinfo
 from collections import defaultdict
 from pathlib import Path
 
-from analytics.data import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, Window
+from analytics.data import BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window
 from analytics.sources.base import SourceUnavailable, percentile
 from exporter import history
 from exporter.benchmarks.results import allreduce_from, train_from
-
-FAILED_STATES = ("FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+from exporter.slurm.states import FAILED
 
 
 class EmbeddedSource:
@@ -102,7 +101,7 @@ class EmbeddedSource:
                 continue
             states[j.partition][j.state] += 1
             requeued[j.partition] += j.restarts
-            if j.state in FAILED_STATES and j.start is not None:
+            if j.state in FAILED and j.start is not None:
                 lost[j.partition] += j.gpus * (j.end - j.start) / 3600
         failures = [FailureWeek(p, dict(s), requeued[p], lost.get(p, 0.0)) for p, s in sorted(states.items())]
         return queue, failures
@@ -133,7 +132,7 @@ class EmbeddedSource:
 
 
 def _daily(w: Window, sampled: list[float], busy: list[float], energy: list[float] | None
-           ) -> tuple[tuple[float, float, float | None], ...]:  # fmt: skip
+           ) -> tuple[GpuDay, ...]:  # fmt: skip
     """Hourly figures folded into the window's local days."""
     tz = zoneinfo.ZoneInfo(w.timezone)
     days: dict[dt.date, list[float]] = {}
@@ -143,4 +142,4 @@ def _daily(w: Window, sampled: list[float], busy: list[float], energy: list[floa
         d[0] += sampled[h]
         d[1] += busy[h]
         d[2] += energy[h] if energy is not None else 0.0
-    return tuple((s, b, e if energy is not None else None) for s, b, e in (days[k] for k in sorted(days)))
+    return tuple(GpuDay(s, b, e if energy is not None else None) for s, b, e in (days[k] for k in sorted(days)))

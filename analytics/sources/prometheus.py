@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from analytics.config import PrometheusSettings
-from analytics.data import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, Window, days
+from analytics.data import BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window, days
 from analytics.sources import counters, kubernetes
 from analytics.sources.base import SourceUnavailable
 from analytics.sources.promapi import PromAPI, QueryError, rng
@@ -100,7 +100,7 @@ class PrometheusSource:
                 busy_s=total("busy", uuid) or 0.0, sm_active_s=total("sm", uuid),
                 allocated_s=total("alloc", uuid), allocated_idle_s=total("idle", uuid),
                 energy_j=energy, energy_by_hour=tuple(hours) if hours else None,
-                daily=tuple((d.get("sampled", uuid) or 0.0, d.get("busy", uuid) or 0.0, d.get("energy", uuid))
+                daily=tuple(GpuDay(d.get("sampled", uuid) or 0.0, d.get("busy", uuid) or 0.0, d.get("energy", uuid))
                             for d in totals.days),
             ))  # fmt: skip
         return out
