@@ -35,10 +35,19 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", help="debug | info | warning | error")
 
 
-COMMON = {"source": "analytics.source", "prometheus_url": "prometheus.url", "naming": "prometheus.naming",
-          "history": "analytics.history", "timezone": "analytics.timezone", "log_level": "log_level",
-          "formats": "analytics.formats", "out": "analytics.reports_dir", "min_coverage": "analytics.min_coverage",
-          "listen": "analytics.listen", "reports_dir": "analytics.reports_dir"}  # fmt: skip
+COMMON = {
+    "source": "analytics.source",
+    "prometheus_url": "prometheus.url",
+    "naming": "prometheus.naming",
+    "history": "analytics.history",
+    "timezone": "analytics.timezone",
+    "log_level": "log_level",
+    "formats": "analytics.formats",
+    "out": "analytics.reports_dir",
+    "min_coverage": "analytics.min_coverage",
+    "listen": "analytics.listen",
+    "reports_dir": "analytics.reports_dir",
+}
 
 
 def full_settings(config: str | None, overrides: Mapping[str, Any] | None = None) -> FullSettings:
@@ -99,9 +108,11 @@ def run_report(args: argparse.Namespace) -> int:
     files = rpt.write(r, s.analytics.formats, out_dir(s))
     f = r.fleet
     useful = f"{f.cost_per_useful_gpu_hour:,.2f}" if f.cost_per_useful_gpu_hour is not None else "—"
-    print(f"{r.week} ({r.source}): {f.gpus} GPUs, utilisation {_pct(f.utilization)}, total {f.total_cost:,.2f} "
-          f"{r.currency}, {useful} {r.currency} per useful GPU-hour ({r.useful_measure}), "
-          f"idle {f.idle_cost:,.2f} {r.currency}, coverage {_pct(r.coverage)}")  # fmt: skip
+    print(
+        f"{r.week} ({r.source}): {f.gpus} GPUs, utilisation {_pct(f.utilization)}, total {f.total_cost:,.2f} "
+        f"{r.currency}, {useful} {r.currency} per useful GPU-hour ({r.useful_measure}), "
+        f"idle {f.idle_cost:,.2f} {r.currency}, coverage {_pct(r.coverage)}"
+    )
     for path in files:
         print(f"  wrote {path}")
     if not r.complete:

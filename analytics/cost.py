@@ -84,9 +84,13 @@ class PriceRule(_Model):
 
 
 EXAMPLE_RULE = PriceRule(
-    purchase_price=35_000, residual_value=5_000, depreciation_years=4, yearly_operations=1_500,
-    yearly_infrastructure=1_000, cloud_reference_per_gpu_hour=3.5,
-)  # fmt: skip
+    purchase_price=35_000,
+    residual_value=5_000,
+    depreciation_years=4,
+    yearly_operations=1_500,
+    yearly_infrastructure=1_000,
+    cloud_reference_per_gpu_hour=3.5,
+)
 """Placeholder prices used when no [cost] is configured; reports then say 'example prices'."""
 
 
@@ -130,20 +134,35 @@ class Cost:
     energy: float
 
 
-def energy_cost(model: CostModel, rule: PriceRule | None, joules: float | None,
-                by_hour: Sequence[float] | None, start: float, timezone: str) -> float:  # fmt: skip
+def energy_cost(
+    model: CostModel,
+    rule: PriceRule | None,
+    joules: float | None,
+    by_hour: Sequence[float] | None,
+    start: float,
+    timezone: str,
+) -> float:
     """Energy cost of a GPU over a window starting at ``start``: hour by hour when a tariff is set
     and hourly energy is known, else at the flat price. Zero where the cloud price includes it."""
     if joules is None or (rule is not None and rule.kind == "cloud" and rule.energy_included):
         return 0.0
     if model.tariff and by_hour is not None:
-        return sum(j / JOULES_PER_KWH * model.pue * model.price_at(start + 3600 * h + 1, timezone)
-                   for h, j in enumerate(by_hour))  # fmt: skip
+        return sum(
+            j / JOULES_PER_KWH * model.pue * model.price_at(start + 3600 * h + 1, timezone)
+            for h, j in enumerate(by_hour)
+        )
     return joules / JOULES_PER_KWH * model.pue * model.energy_price_per_kwh
 
 
-def gpu_cost(model: CostModel, rule: PriceRule | None, hours: float, joules: float | None,
-             by_hour: Sequence[float] | None, start: float, timezone: str) -> Cost:  # fmt: skip
+def gpu_cost(
+    model: CostModel,
+    rule: PriceRule | None,
+    hours: float,
+    joules: float | None,
+    by_hour: Sequence[float] | None,
+    start: float,
+    timezone: str,
+) -> Cost:
     hardware = rule.hourly() * hours if rule is not None else 0.0
     return Cost(hardware, energy_cost(model, rule, joules, by_hour, start, timezone))
 

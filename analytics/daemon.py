@@ -35,13 +35,18 @@ from exporter import __version__
 
 log = logging.getLogger("gpuledger.analytics")
 WEEK = 7 * 86400
-TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json", ".md": "text/markdown; charset=utf-8",
-         ".csv": "text/csv; charset=utf-8"}  # fmt: skip
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".json": "application/json",
+    ".md": "text/markdown; charset=utf-8",
+    ".csv": "text/csv; charset=utf-8",
+}
 
 
 class Analytics:
-    def __init__(self, settings: FullSettings, source: Source | None = None,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self, settings: FullSettings, source: Source | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         self.s = settings
         self.tz = settings.analytics.timezone
         self.source = source or make_source(settings)
@@ -59,10 +64,15 @@ class Analytics:
         host, port = split_listen(settings.analytics.listen)
         w = settings.web
         self.server = MetricsServer(
-            WebOptions(host, port, str(w.tls_cert_file) if w.tls_cert_file else None,
-                       str(w.tls_key_file) if w.tls_key_file else None, w.basic_auth_users),
+            WebOptions(
+                host,
+                port,
+                str(w.tls_cert_file) if w.tls_cert_file else None,
+                str(w.tls_key_file) if w.tls_key_file else None,
+                w.basic_auth_users,
+            ),
             self.site,
-        )  # fmt: skip
+        )
 
     @property
     def url(self) -> str:
@@ -100,8 +110,13 @@ class Analytics:
         with self._lock:
             self._reports["week"] = r
         self._count("weekly", True)
-        log.info("weekly report %s written (%s, coverage %.1f %%): %s", window.label,
-                 "complete" if r.complete else "INCOMPLETE", 100 * r.coverage, self.reports_dir)  # fmt: skip
+        log.info(
+            "weekly report %s written (%s, coverage %.1f %%): %s",
+            window.label,
+            "complete" if r.complete else "INCOMPLETE",
+            100 * r.coverage,
+            self.reports_dir,
+        )
         return files
 
     def refresh(self) -> rpt.Report | None:
@@ -141,17 +156,36 @@ class Analytics:
         a = self.s.analytics
         self.load_latest()
         tz = zoneinfo.ZoneInfo(self.tz)
-        self.scheduler.add_job(self.refresh, IntervalTrigger(minutes=a.refresh_minutes, timezone=tz),
-                               id="refresh", next_run_time=_now(tz), max_instances=1, coalesce=True)  # fmt: skip
+        self.scheduler.add_job(
+            self.refresh,
+            IntervalTrigger(minutes=a.refresh_minutes, timezone=tz),
+            id="refresh",
+            next_run_time=_now(tz),
+            max_instances=1,
+            coalesce=True,
+        )
         weekly_first = _now(tz) if catch_up and self._missing_last_week() else None
-        self.scheduler.add_job(self.weekly, cron_trigger(a.cron, timezone=tz), id="weekly",
-                               misfire_grace_time=6 * 3600, max_instances=1, coalesce=True)  # fmt: skip
+        self.scheduler.add_job(
+            self.weekly,
+            cron_trigger(a.cron, timezone=tz),
+            id="weekly",
+            misfire_grace_time=6 * 3600,
+            max_instances=1,
+            coalesce=True,
+        )
         if weekly_first is not None:
             self.scheduler.add_job(self.weekly, id="weekly-catch-up", next_run_time=weekly_first)
         self.scheduler.start()
         serve(self.server, name="gpuledger-analytics-http")
-        log.info("gpuledger analytics %s serving %s/metrics (source %s, reports in %s, weekly at '%s' %s)",
-                 __version__, self.url, self.source.name, self.reports_dir, a.cron, self.tz)  # fmt: skip
+        log.info(
+            "gpuledger analytics %s serving %s/metrics (source %s, reports in %s, weekly at '%s' %s)",
+            __version__,
+            self.url,
+            self.source.name,
+            self.reports_dir,
+            a.cron,
+            self.tz,
+        )
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -180,8 +214,12 @@ class AnalyticsSite:
         age = None if last is None else a.clock() - last
         ok = age is not None and age <= 3 * 60 * a.s.analytics.refresh_minutes
         shown = None if age is None else round(age, 1)
-        return ok, {"status": "ok" if ok else "stale", "source": a.source.name, "rolling_7d_age_seconds": shown,
-                    "refresh_errors": errors}  # fmt: skip
+        return ok, {
+            "status": "ok" if ok else "stale",
+            "source": a.source.name,
+            "rolling_7d_age_seconds": shown,
+            "refresh_errors": errors,
+        }
 
     def page(self, path: str) -> tuple[bytes, str] | None:
         """/reports/<file>: a report file from the reports folder (names only, no sub-paths but CSV's)."""

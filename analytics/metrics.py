@@ -53,8 +53,14 @@ def _queue(r: Report) -> Iterator[Sample]:
 
 def _failures(r: Report) -> Iterator[Sample]:
     for f in r.failures:
-        for state, n in (("COMPLETED", f.completed), ("FAILED", f.failed), ("CANCELLED", f.cancelled),
-                         ("TIMEOUT", f.timeout), ("other", f.other), ("requeued", f.requeued)):  # fmt: skip
+        for state, n in (
+            ("COMPLETED", f.completed),
+            ("FAILED", f.failed),
+            ("CANCELLED", f.cancelled),
+            ("TIMEOUT", f.timeout),
+            ("other", f.other),
+            ("requeued", f.requeued),
+        ):
             yield (f.partition, state), float(n)
 
 
@@ -126,18 +132,28 @@ class Family:
         return cls(self.name.removesuffix("_total"), self.help, labels=self.labels)
 
 
-INFO = Family("gpuledger_report_info", "gauge", "The report behind the window's figures; always 1.",
-              ("window", "week", "source", "useful", "currency"))  # fmt: skip
+INFO = Family(
+    "gpuledger_report_info",
+    "gauge",
+    "The report behind the window's figures; always 1.",
+    ("window", "week", "source", "useful", "currency"),
+)
 PRICE_ENERGY = Family(
     "gpuledger_price_energy_kwh", "gauge", "Energy price per kWh now (tariff applied).", ("currency",)
 )
 PRICE_PUE = Family("gpuledger_price_pue", "gauge", "Power usage effectiveness applied to energy.")
-PRICE_GPU = Family("gpuledger_price_gpu_hour", "gauge", "Hardware or rental cost of a GPU-hour, per host and model.",
-                   ("host", "model", "kind", "currency"))  # fmt: skip
-RUNS = Family("gpuledger_analytics_runs_total", "counter", "Report runs by task (weekly, refresh) and result.",
-              ("task", "result"))  # fmt: skip
-LAST_OK = Family("gpuledger_analytics_last_success_timestamp_seconds", "gauge", "When a task last succeeded.",
-                 ("task",))  # fmt: skip
+PRICE_GPU = Family(
+    "gpuledger_price_gpu_hour",
+    "gauge",
+    "Hardware or rental cost of a GPU-hour, per host and model.",
+    ("host", "model", "kind", "currency"),
+)
+RUNS = Family(
+    "gpuledger_analytics_runs_total", "counter", "Report runs by task (weekly, refresh) and result.", ("task", "result")
+)
+LAST_OK = Family(
+    "gpuledger_analytics_last_success_timestamp_seconds", "gauge", "When a task last succeeded.", ("task",)
+)
 
 
 def families() -> list[Family]:

@@ -101,8 +101,15 @@ class Fleet:
 USERS = ("alice", "bob", "carol", "dave", "erin", "frank")
 
 
-def generate(window: Window, hosts: int = 2, gpus_per_host: int = 8, seed: int = 7,
-             idle_holders: int = 2, minute_step: int = 60, anchor: float | None = None) -> Fleet:  # fmt: skip
+def generate(
+    window: Window,
+    hosts: int = 2,
+    gpus_per_host: int = 8,
+    seed: int = 7,
+    idle_holders: int = 2,
+    minute_step: int = 60,
+    anchor: float | None = None,
+) -> Fleet:
     """``anchor``: build the fleet as if the window began at this epoch, then move every time to
     the window (the diurnal and weekday patterns stay those of the anchor). The same jobs, states
     and rounds then land in the window whatever the hour it starts at: tests anchor at a fixed
@@ -133,8 +140,11 @@ def generate(window: Window, hosts: int = 2, gpus_per_host: int = 8, seed: int =
             busy_hours = 8 <= hour < 20
             if rng.random() < (0.9 if busy_hours else 0.5):
                 length = rng.randrange(60, 6 * 60)
-                kind = "idle_end" if n < idle_holders and rng.random() < 0.6 else rng.choice(
-                    ("training", "training", "training", "matmul_bf16", "device_copy"))  # fmt: skip
+                kind = (
+                    "idle_end"
+                    if n < idle_holders and rng.random() < 0.6
+                    else rng.choice(("training", "training", "training", "matmul_bf16", "device_copy"))
+                )
                 spans.append((m, min(n_min - 1, m + length), kind))  # none ends exactly at the week's end
                 m += length + rng.randrange(5, 90)
             else:
@@ -145,24 +155,51 @@ def generate(window: Window, hosts: int = 2, gpus_per_host: int = 8, seed: int =
                 jitter = 1.0 + rng.uniform(-0.05, 0.05)
                 busy = min(1.0, s.util * jitter)
                 idle = float(minute_step) if busy < 0.05 else 0.0
-                rows[k] = (float(minute_step), busy * minute_step, min(busy, s.sm * jitter) * minute_step,
-                           float(minute_step), idle, s.watts * jitter * minute_step)  # fmt: skip
+                rows[k] = (
+                    float(minute_step),
+                    busy * minute_step,
+                    min(busy, s.sm * jitter) * minute_step,
+                    float(minute_step),
+                    idle,
+                    s.watts * jitter * minute_step,
+                )
             next_id += 1
             start = window.start + first * minute_step
             end = window.start + last * minute_step
             wednesday = _weekday(start) == 2
             wait = rng.expovariate(1 / (1800 if wednesday else 240))
             state = rng.choices(OUTCOMES, OUTCOME_WEIGHTS)[0]
-            job = Job(str(next_id), rng.choice(USERS), "gpu-large" if kind == "matmul_bf16" else "gpu", dev.uuid,
-                      kind, start - wait, start, end, state, restarts=1 if rng.random() < 0.03 else 0)  # fmt: skip
+            job = Job(
+                str(next_id),
+                rng.choice(USERS),
+                "gpu-large" if kind == "matmul_bf16" else "gpu",
+                dev.uuid,
+                kind,
+                start - wait,
+                start,
+                end,
+                state,
+                restarts=1 if rng.random() < 0.03 else 0,
+            )
             jobs.append(job)
             job_minutes.setdefault(dev.uuid, []).append((JobKey(job.job_id, job.user), first, last))
         minutes[dev.uuid] = rows
     for _ in range(max(2, len(devices) // 4)):  # cancelled while pending: never ran
         next_id += 1
         submit = window.start + rng.uniform(0.1, 0.9) * window.seconds
-        jobs.append(Job(str(next_id), rng.choice(USERS), "gpu", "", "", submit, None, submit + rng.uniform(60, 3600),
-                        states.CANCELLED))  # fmt: skip
+        jobs.append(
+            Job(
+                str(next_id),
+                rng.choice(USERS),
+                "gpu",
+                "",
+                "",
+                submit,
+                None,
+                submit + rng.uniform(60, 3600),
+                states.CANCELLED,
+            )
+        )
     fleet = Fleet(window, devices, minutes, jobs, job_minutes, _bench(window, rng), Truth())
     fleet.truth = _truth(fleet, minute_step)
     return fleet
@@ -189,21 +226,47 @@ def _bench(w: Window, rng: random.Random) -> list[BenchRecord]:
     for day in range(int(w.seconds // 86400)):
         t = w.start + day * 86400 + 4 * 3600 + 300
         busbw = 170e9 * (1 + rng.uniform(-0.02, 0.02)) * (0.8 if _weekday(t) == 6 else 1.0)  # a drop on Sundays
-        rows = [{"size_bytes": 1 << 30, "count": 1 << 28, "time_seconds": (1 << 30) / (busbw / 1.75), "iters": 20,
-                 "algbw": busbw / 1.75, "busbw": busbw, "wrong": 0}]  # fmt: skip
+        rows = [
+            {
+                "size_bytes": 1 << 30,
+                "count": 1 << 28,
+                "time_seconds": (1 << 30) / (busbw / 1.75),
+                "iters": 20,
+                "algbw": busbw / 1.75,
+                "busbw": busbw,
+                "wrong": 0,
+            }
+        ]
         ar = {"backend": "nccl", "world_size": 8, "dtype": "float32", "rows": rows}
         speed = {1: 1.0, 2: 1.92, 4: 3.61, 8: 6.55}
         t1 = 0.105
         rows_t = [
-            {"world_size": n, "step_seconds": t1 * n / s, "per_gpu_samples_per_second": 16 * s / (n * t1),
-             "samples_per_second": 16 * s / t1, "speedup": s, "efficiency": s / n, "allreduce_share": None,
-             "allreduce_seconds": None, "predicted_speedup_no_overlap": None, "predicted_speedup_full_overlap": None,
-             "mfu": None}
+            {
+                "world_size": n,
+                "step_seconds": t1 * n / s,
+                "per_gpu_samples_per_second": 16 * s / (n * t1),
+                "samples_per_second": 16 * s / t1,
+                "speedup": s,
+                "efficiency": s / n,
+                "allreduce_share": None,
+                "allreduce_seconds": None,
+                "predicted_speedup_no_overlap": None,
+                "predicted_speedup_full_overlap": None,
+                "mfu": None,
+            }
             for n, s in speed.items()
-        ]  # fmt: skip
-        train = {"model": "encoder-8x1024", "params": 100_000_000, "grad_bytes": 400_000_000, "batch_per_gpu": 16,
-                 "seq": 512, "flops_per_sample": 3.1e12, "peak_flops": 989e12, "busbw_source": "all-reduce sweep",
-                 "rows": rows_t}  # fmt: skip
+        ]
+        train = {
+            "model": "encoder-8x1024",
+            "params": 100_000_000,
+            "grad_bytes": 400_000_000,
+            "batch_per_gpu": 16,
+            "seq": 512,
+            "flops_per_sample": 3.1e12,
+            "peak_flops": 989e12,
+            "busbw_source": "all-reduce sweep",
+            "rows": rows_t,
+        }
         out.append(BenchRecord(t, "allreduce", "ok", 12.0, "nccl", 8, json.dumps(ar)))
         out.append(BenchRecord(t + 30, "train", "ok", 25.0, "nccl", 8, json.dumps(train)))
     return out
@@ -242,9 +305,16 @@ def write_history(f: Fleet, path: str | Path, step: int = 60) -> None:
                 rows = []
                 for d in devs:
                     for k, (s, b, sm, a, i, e) in enumerate(f.minutes[d.uuid]):
-                        values = {"sampled_seconds": s, "busy_seconds": b, "sm_active_seconds": sm,
-                                  "tensor_active_seconds": None, "dram_active_seconds": None, "energy_joules": e,
-                                  "allocated_seconds": a, "allocated_idle_seconds": i}  # fmt: skip
+                        values = {
+                            "sampled_seconds": s,
+                            "busy_seconds": b,
+                            "sm_active_seconds": sm,
+                            "tensor_active_seconds": None,
+                            "dram_active_seconds": None,
+                            "energy_joules": e,
+                            "allocated_seconds": a,
+                            "allocated_idle_seconds": i,
+                        }
                         rows.append(MinuteRow(int(w.start + k * step), d, values))
                 history.insert_minutes(db, rows, host)
         with history.transaction(db):
@@ -256,11 +326,27 @@ def write_history(f: Fleet, path: str | Path, step: int = 60) -> None:
                         s, b, _, _, _, e = rows_u[k]
                         jm.append(JobMinuteRow(int(w.start + k * step), uuid, key, s, b, e))
             history.insert_job_minutes(db, jm)
-            history.insert_jobs(db, [
-                FinishedJob("", j.job_id, f"train-{j.kind or 'x'}", j.user, j.partition, j.state, j.submit, j.submit,
-                            j.start, j.end, 1, "0:0" if j.state == states.COMPLETED else "1:0", j.restarts)
-                for j in f.jobs
-            ])  # fmt: skip
+            history.insert_jobs(
+                db,
+                [
+                    FinishedJob(
+                        "",
+                        j.job_id,
+                        f"train-{j.kind or 'x'}",
+                        j.user,
+                        j.partition,
+                        j.state,
+                        j.submit,
+                        j.submit,
+                        j.start,
+                        j.end,
+                        1,
+                        "0:0" if j.state == states.COMPLETED else "1:0",
+                        j.restarts,
+                    )
+                    for j in f.jobs
+                ],
+            )
             history.insert_bench(db, f.bench)
     finally:
         db.close()

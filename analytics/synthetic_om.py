@@ -55,15 +55,32 @@ def write(f: Fleet, path: str | Path, naming: str = "gpuledger", step: int = 60)
                 _series(out, "DCGM_FI_DEV_GPU_UTIL", dl, ((t, 100 * r[1] / r[0] if r else 0.0) for t, r in minute))
                 _series(out, "DCGM_FI_PROF_SM_ACTIVE", dl, ((t, r[2] / r[0] if r else 0.0) for t, r in minute))
                 _series(out, "DCGM_FI_DEV_POWER_USAGE", dl, ((t, r[5] / r[0] if r else 75.5) for t, r in minute))
-                _series(out, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", dl,
-                        ((t, 9e9 + v) for t, v in cumulative(5, scale=1000.0)))  # fmt: skip
+                _series(
+                    out,
+                    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                    dl,
+                    ((t, 9e9 + v) for t, v in cumulative(5, scale=1000.0)),
+                )
                 count += 4 * len(times)
                 continue
-            info = {**base, "model": dev.model, "pci_bus_id": dev.pci_bus_id, "driver_version": "580.159.04",
-                    "hostname": host}  # fmt: skip
+            info = {
+                **base,
+                "model": dev.model,
+                "pci_bus_id": dev.pci_bus_id,
+                "driver_version": "580.159.04",
+                "hostname": host,
+            }
             _series(out, "gpuledger_gpu_info", info, ((t, 1.0) for t in times))
-            for i, name in enumerate(("sampled_seconds", "busy_seconds", "sm_active_seconds", "allocated_seconds",
-                                      "allocated_idle_seconds", "energy_joules")):  # fmt: skip
+            for i, name in enumerate(
+                (
+                    "sampled_seconds",
+                    "busy_seconds",
+                    "sm_active_seconds",
+                    "allocated_seconds",
+                    "allocated_idle_seconds",
+                    "energy_joules",
+                )
+            ):
                 _series(out, f"gpuledger_gpu_{name}_total", base, cumulative(i))
             count += 7 * len(times)
             for key, first, last in f.job_minutes.get(dev.uuid, []):
@@ -93,22 +110,38 @@ def _queue(f: Fleet, out: IO[str], times: list[float]) -> int:
         for le in (*WAIT_BUCKETS, float("inf")):
             lab = {**base, "partition": p, "le": "+Inf" if le == float("inf") else f"{le:g}"}
             under = [s for s, wt in started if wt <= le]
-            _series(out, "gpuledger_queue_wait_seconds_bucket", lab,
-                    ((t, float(bisect.bisect_right(under, t))) for t in times))  # fmt: skip
-        _series(out, "gpuledger_queue_wait_seconds_count", {**base, "partition": p},
-                ((t, float(bisect.bisect_right(starts, t))) for t in times))  # fmt: skip
+            _series(
+                out,
+                "gpuledger_queue_wait_seconds_bucket",
+                lab,
+                ((t, float(bisect.bisect_right(under, t))) for t in times),
+            )
+        _series(
+            out,
+            "gpuledger_queue_wait_seconds_count",
+            {**base, "partition": p},
+            ((t, float(bisect.bisect_right(starts, t))) for t in times),
+        )
         sums = [0.0]
         for _, wt in started:
             sums.append(sums[-1] + wt)
-        _series(out, "gpuledger_queue_wait_seconds_sum", {**base, "partition": p},
-                ((t, sums[bisect.bisect_right(starts, t)]) for t in times))  # fmt: skip
+        _series(
+            out,
+            "gpuledger_queue_wait_seconds_sum",
+            {**base, "partition": p},
+            ((t, sums[bisect.bisect_right(starts, t)]) for t in times),
+        )
         opened = sorted(j.submit for j in jobs)
         closed = sorted(j.start if j.start is not None else j.end for j in jobs)
         pending = ((t, float(bisect.bisect_right(opened, t) - bisect.bisect_right(closed, t))) for t in times)
         _series(out, "gpuledger_queue_pending_gpus", {**base, "partition": p}, pending)
         requeues = sorted(j.start for j in jobs if j.start is not None for _ in range(j.restarts))
-        _series(out, "gpuledger_jobs_requeued_total", {**base, "partition": p},
-                ((t, float(bisect.bisect_right(requeues, t))) for t in times))  # fmt: skip
+        _series(
+            out,
+            "gpuledger_jobs_requeued_total",
+            {**base, "partition": p},
+            ((t, float(bisect.bisect_right(requeues, t))) for t in times),
+        )
         count += (len(WAIT_BUCKETS) + 5) * len(times)
         for state in sorted({j.state for j in jobs}):
             ended = sorted(j.end for j in jobs if j.state == state)
@@ -120,8 +153,9 @@ def _queue(f: Fleet, out: IO[str], times: list[float]) -> int:
             ends, acc = [e for e, _ in gs], [0.0]
             for _, d in gs:
                 acc.append(acc[-1] + d)
-            _series(out, "gpuledger_jobs_gpu_seconds_total", lab,
-                    ((t, acc[bisect.bisect_right(ends, t)]) for t in times))  # fmt: skip
+            _series(
+                out, "gpuledger_jobs_gpu_seconds_total", lab, ((t, acc[bisect.bisect_right(ends, t)]) for t in times)
+            )
             count += 2 * len(times)
     return count
 
@@ -135,14 +169,19 @@ def _bench(f: Fleet, out: IO[str], times: list[float]) -> int:
     for r in f.bench:
         data = json.loads(r.data or "{}")
         if r.bench == "allreduce":
-            key = ("gpuledger_bench_allreduce_largest_busbw_bytes_per_second",
-                   (("backend", data["backend"]), ("world_size", str(data["world_size"]))))  # fmt: skip
+            key = (
+                "gpuledger_bench_allreduce_largest_busbw_bytes_per_second",
+                (("backend", data["backend"]), ("world_size", str(data["world_size"]))),
+            )
             series.setdefault(key, []).append((r.finished, data["rows"][-1]["busbw"]))
         elif r.bench == "train":
             for row in data["rows"]:
                 lab = (("model", data["model"]), ("world_size", str(row["world_size"])))
-                for metric, field in (("speedup_ratio", "speedup"), ("scaling_efficiency_ratio", "efficiency"),
-                                      ("throughput_samples_per_second", "samples_per_second")):  # fmt: skip
+                for metric, field in (
+                    ("speedup_ratio", "speedup"),
+                    ("scaling_efficiency_ratio", "efficiency"),
+                    ("throughput_samples_per_second", "samples_per_second"),
+                ):
                     series.setdefault((f"gpuledger_bench_train_{metric}", lab), []).append((r.finished, row[field]))
     count = 0
     for (name, lab), changes in series.items():

@@ -70,8 +70,14 @@ def start_prometheus(work: Path, port: int, *flags: str) -> tuple[subprocess.Pop
     """Prometheus on ``work/prometheus.yml`` and the TSDB in ``work/data`` (retention 10 years, so
     backfilled data stays), logging to ``work/prometheus.log``; returns once it is ready."""
     url = f"http://127.0.0.1:{port}"
-    argv = ["prometheus", f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=10y", *flags]  # fmt: skip
+    argv = [
+        "prometheus",
+        f"--config.file={work / 'prometheus.yml'}",
+        f"--storage.tsdb.path={work / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=10y",
+        *flags,
+    ]
     with open(work / "prometheus.log", "w") as log:
         prom = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120

@@ -114,8 +114,9 @@ def write_steps(gpus: int, k0: int, k1: int, step: int, path: str, start: int = 
                 for name in ("sampled_seconds", "busy_seconds", "energy_joules"):
                     c = cum[name]
                     before = c[a - 1] if a else 0.0
-                    out.write(_lines(f"gpuledger_job_gpu_{name}_total{{{labels}}} ", ts[lo - k0 : hi - k0],
-                                     c[idx] - before))  # fmt: skip
+                    out.write(
+                        _lines(f"gpuledger_job_gpu_{name}_total{{{labels}}} ", ts[lo - k0 : hi - k0], c[idx] - before)
+                    )
                     count += hi - lo
         count += _scheduler(out, ts, gpus, k0, step)
     return count
@@ -164,8 +165,11 @@ def backfill(gpus: int, days: int, step: int, work: Path, start: int = WEEK_STAR
             path = job[3]
             with open(path, "a") as f:
                 f.write("# EOF\n")
-            subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h",
-                            path, str(data)], check=True, capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h", path, str(data)],
+                check=True,
+                capture_output=True,
+            )
             os.unlink(path)
             samples += n
             print(f"  day {d + 1}/{days}: {n / 1e6:.1f} M samples, {time.monotonic() - t0:.0f} s", flush=True)
@@ -176,9 +180,25 @@ def report_once(url: str, out: Path) -> tuple[float, float, int]:
     """(seconds, peak RSS MiB, exit code) of one ``gpuledger report`` child."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
     t0 = time.monotonic()
-    p = subprocess.Popen([sys.executable, "-m", "gpuledger", "report", "--source", "prometheus", "--prometheus-url",
-                          url, "--week", "2026-W47", "--out", str(out)], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuledger",
+            "report",
+            "--source",
+            "prometheus",
+            "--prometheus-url",
+            url,
+            "--week",
+            "2026-W47",
+            "--out",
+            str(out),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(p.pid, 0)
     seconds = time.monotonic() - t0
     if status and p.stderr:
@@ -226,10 +246,17 @@ def run_size(gpus: int, days: int, step: int, repeats: int, cache: Path | None) 
         if any(code != 0 for _, _, code in runs):
             raise RuntimeError(f"report failed: {runs}")
         times = sorted(s for s, _, _ in runs)
-        return {"gpus": gpus, "samples_millions": samples / 1e6, "backfill_seconds": fill_s, "tsdb_mib": tsdb / 2**20,
-                "report_seconds_first": runs[0][0], "report_seconds_median": times[len(times) // 2],
-                "report_seconds_max": times[-1], "peak_rss_mib": max(r for _, r, _ in runs),
-                "queries": n_queries}  # fmt: skip
+        return {
+            "gpus": gpus,
+            "samples_millions": samples / 1e6,
+            "backfill_seconds": fill_s,
+            "tsdb_mib": tsdb / 2**20,
+            "report_seconds_first": runs[0][0],
+            "report_seconds_median": times[len(times) // 2],
+            "report_seconds_max": times[-1],
+            "peak_rss_mib": max(r for _, r, _ in runs),
+            "queries": n_queries,
+        }
     finally:
         if cache is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -245,12 +272,43 @@ def main() -> None:
     a = ap.parse_args()
     require_prometheus()
     rows = [run_size(int(n), a.days, a.step, a.repeats, a.cache) for n in a.gpus.split(",")]
-    print(table(["GPUs", "samples (M)", "backfill s", "TSDB MiB", "report s (1st)", "report s (median)",
-                 "peak RSS MiB", "queries"],
-                [[r["gpus"], r["samples_millions"], r["backfill_seconds"], r["tsdb_mib"], r["report_seconds_first"],
-                  r["report_seconds_median"], r["peak_rss_mib"], r["queries"]] for r in rows]))  # fmt: skip
-    path = write_result("report_scale", {"days": a.days, "step_seconds": a.step, "repeats": a.repeats, "rows": rows,
-                                         "target": {"gpus": 1024, "seconds": 10, "rss_mib": 1024}})  # fmt: skip
+    print(
+        table(
+            [
+                "GPUs",
+                "samples (M)",
+                "backfill s",
+                "TSDB MiB",
+                "report s (1st)",
+                "report s (median)",
+                "peak RSS MiB",
+                "queries",
+            ],
+            [
+                [
+                    r["gpus"],
+                    r["samples_millions"],
+                    r["backfill_seconds"],
+                    r["tsdb_mib"],
+                    r["report_seconds_first"],
+                    r["report_seconds_median"],
+                    r["peak_rss_mib"],
+                    r["queries"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+    path = write_result(
+        "report_scale",
+        {
+            "days": a.days,
+            "step_seconds": a.step,
+            "repeats": a.repeats,
+            "rows": rows,
+            "target": {"gpus": 1024, "seconds": 10, "rss_mib": 1024},
+        },
+    )
     print(f"wrote {path}")
 
 

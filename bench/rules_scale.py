@@ -111,10 +111,14 @@ def measure(url: str, rounds: int) -> dict[str, dict[str, Any]]:
     if missing:
         raise RuntimeError(f"groups without {rounds} evaluations: {missing}")
     return {
-        n: {"interval_s": interval[n], "seconds": sorted(times[n]), "heaviest_rule": heaviest[n][1],
-            "heaviest_rule_s": heaviest[n][0]}
+        n: {
+            "interval_s": interval[n],
+            "seconds": sorted(times[n]),
+            "heaviest_rule": heaviest[n][1],
+            "heaviest_rule_s": heaviest[n][0],
+        }
         for n in interval
-    }  # fmt: skip
+    }
 
 
 def run_size(gpus: int, rounds: int, keep: Path | None) -> dict[str, Any]:
@@ -137,8 +141,11 @@ def run_size(gpus: int, rounds: int, keep: Path | None) -> dict[str, Any]:
         prices = work / "prices.om"
         write_prices(gpus, start, now, prices)
         for om in (tail, prices):
-            subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(work / "data")],
-                           check=True, capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(work / "data")],
+                check=True,
+                capture_output=True,
+            )
         rule_files = "".join(f"  - {f}\n" for f in RULES)
         (work / "prometheus.yml").write_text(f"global:\n  evaluation_interval: 1m\nrule_files:\n{rule_files}")
         prom, url = start_prometheus(work, 19190 + gpus % 1000, f"--query.lookback-delta={LOOKBACK}")
@@ -153,8 +160,15 @@ def run_size(gpus: int, rounds: int, keep: Path | None) -> dict[str, Any]:
         finally:
             prom.terminate()
             prom.wait(timeout=60)
-        return {"gpus": gpus, "samples_millions": samples / 1e6, "backfill_seconds": fill_s, "groups": groups,
-                "prometheus_peak_rss_mib": rss, "iterations_missed": missed_n, "series_per_check": covered}  # fmt: skip
+        return {
+            "gpus": gpus,
+            "samples_millions": samples / 1e6,
+            "backfill_seconds": fill_s,
+            "groups": groups,
+            "prometheus_peak_rss_mib": rss,
+            "iterations_missed": missed_n,
+            "series_per_check": covered,
+        }
     finally:
         if keep is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -174,13 +188,48 @@ def main() -> None:
         for name, g in s["groups"].items():
             secs = g["seconds"]
             share = f"{100 * secs[-1] / g['interval_s']:.1f} %"
-            rows.append([s["gpus"], name, g["interval_s"], secs[len(secs) // 2], secs[-1], share,
-                         g["heaviest_rule"], g["heaviest_rule_s"]])  # fmt: skip
-    print(table(["GPUs", "group", "interval s", "eval s (median)", "eval s (max)", "max / interval",
-                 "heaviest rule", "its s"], rows))  # fmt: skip
-    print(table(["GPUs", "samples (M)", "backfill s", "Prometheus peak RSS MiB", "iterations missed"],
-                [[s["gpus"], s["samples_millions"], s["backfill_seconds"], s["prometheus_peak_rss_mib"],
-                  s["iterations_missed"]] for s in sizes]))  # fmt: skip
+            rows.append(
+                [
+                    s["gpus"],
+                    name,
+                    g["interval_s"],
+                    secs[len(secs) // 2],
+                    secs[-1],
+                    share,
+                    g["heaviest_rule"],
+                    g["heaviest_rule_s"],
+                ]
+            )
+    print(
+        table(
+            [
+                "GPUs",
+                "group",
+                "interval s",
+                "eval s (median)",
+                "eval s (max)",
+                "max / interval",
+                "heaviest rule",
+                "its s",
+            ],
+            rows,
+        )
+    )
+    print(
+        table(
+            ["GPUs", "samples (M)", "backfill s", "Prometheus peak RSS MiB", "iterations missed"],
+            [
+                [
+                    s["gpus"],
+                    s["samples_millions"],
+                    s["backfill_seconds"],
+                    s["prometheus_peak_rss_mib"],
+                    s["iterations_missed"],
+                ]
+                for s in sizes
+            ],
+        )
+    )
     path = write_result("rules_scale", {"rounds": a.rounds, "rule_files": [f.name for f in RULES], "sizes": sizes})
     print(f"wrote {path}")
 

@@ -25,8 +25,16 @@ UNITS = {
     "suffix:×": "× (ratio)",
     "suffix: samples/s": "samples/s",
 }
-KINDS = {"timeseries": "time series", "stat": "stat", "gauge": "gauge", "bargauge": "bar gauge", "table": "table",
-         "heatmap": "heatmap", "state-timeline": "state timeline", "barchart": "bar chart"}  # fmt: skip
+KINDS = {
+    "timeseries": "time series",
+    "stat": "stat",
+    "gauge": "gauge",
+    "bargauge": "bar gauge",
+    "table": "table",
+    "heatmap": "heatmap",
+    "state-timeline": "state timeline",
+    "barchart": "bar chart",
+}
 
 INTRO = """# Dashboards
 
@@ -138,8 +146,13 @@ def _cell(text: str) -> str:
 
 def _dashboard(d: Dashboard) -> list[str]:
     j = d.to_json()
-    out = [f"## {d.title}", "", f"`grafana/dashboards/{d.uid}.json`, uid `{d.uid}`, default range "
-           f"{d.time_from} to now, refresh {d.refresh}. {d.description}", ""]  # fmt: skip
+    out = [
+        f"## {d.title}",
+        "",
+        f"`grafana/dashboards/{d.uid}.json`, uid `{d.uid}`, default range "
+        f"{d.time_from} to now, refresh {d.refresh}. {d.description}",
+        "",
+    ]
     extra = [v for v in j["templating"]["list"] if v["name"] not in ("datasource", "job", "hostname", "gpu")]
     if extra:
         out += ["More variables:", ""]
@@ -152,12 +165,19 @@ def _dashboard(d: Dashboard) -> list[str]:
     for p in j["panels"]:
         if p["type"] == "row":
             out += rows
-            out += ["", f"### {p['title']}", "", "| panel | kind | unit | thresholds | what it shows and how |",
-                    "|---|---|---|---|---|"]  # fmt: skip
+            out += [
+                "",
+                f"### {p['title']}",
+                "",
+                "| panel | kind | unit | thresholds | what it shows and how |",
+                "|---|---|---|---|---|",
+            ]
             rows = []
             continue
-        rows.append(f"| **{_cell(p['title'])}** | {KINDS[p['type']]} | {_cell(_unit(p))} | {_cell(_thresholds(p))} "
-                    f"| {_cell(p['description'])} |")  # fmt: skip
+        rows.append(
+            f"| **{_cell(p['title'])}** | {KINDS[p['type']]} | {_cell(_unit(p))} | {_cell(_thresholds(p))} "
+            f"| {_cell(p['description'])} |"
+        )
     out += rows
     out.append("")
     return out

@@ -9,8 +9,18 @@ from grafana.panels import DATASOURCE_NAME, DATASOURCE_UID, SCHEMA_VERSION, TAG,
 
 WIDTH = 24
 # a drop-down of every gpuledger dashboard, keeping the time range and the variables
-LINKS = {"title": "gpuledger", "type": "dashboards", "tags": [TAG], "asDropdown": True, "includeVars": True,
-         "keepTime": True, "icon": "external link", "targetBlank": False, "tooltip": "", "url": ""}  # fmt: skip
+LINKS = {
+    "title": "gpuledger",
+    "type": "dashboards",
+    "tags": [TAG],
+    "asDropdown": True,
+    "includeVars": True,
+    "keepTime": True,
+    "icon": "external link",
+    "targetBlank": False,
+    "tooltip": "",
+    "url": "",
+}
 
 
 # --- variables ----------------------------------------------------------------------------------------
@@ -77,13 +87,25 @@ def gpu_vars() -> list[Json]:
     """datasource, job ("cluster/job"), hostname and GPU, chained on gpuledger_gpu_info."""
     return [
         datasource_var(),
-        query_var("job", "cluster/job", "label_values(gpuledger_gpu_info, job)",
-                  "Prometheus job label of the exporters: one per cluster or scrape job."),
-        query_var("hostname", "hostname", 'label_values(gpuledger_gpu_info{job=~"$job"}, hostname)',
-                  "Hosts of the selected jobs (the exporter's hostname label, not the scrape address)."),
-        query_var("gpu", "GPU", 'label_values(gpuledger_gpu_info{job=~"$job", hostname=~"$hostname"}, uuid)',
-                  "GPUs (by UUID) of the selected hosts."),
-    ]  # fmt: skip
+        query_var(
+            "job",
+            "cluster/job",
+            "label_values(gpuledger_gpu_info, job)",
+            "Prometheus job label of the exporters: one per cluster or scrape job.",
+        ),
+        query_var(
+            "hostname",
+            "hostname",
+            'label_values(gpuledger_gpu_info{job=~"$job"}, hostname)',
+            "Hosts of the selected jobs (the exporter's hostname label, not the scrape address).",
+        ),
+        query_var(
+            "gpu",
+            "GPU",
+            'label_values(gpuledger_gpu_info{job=~"$job", hostname=~"$hostname"}, uuid)',
+            "GPUs (by UUID) of the selected hosts.",
+        ),
+    ]
 
 
 # --- the dashboard ------------------------------------------------------------------------------------

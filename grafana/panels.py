@@ -146,9 +146,15 @@ def timeseries(
         "tooltip": {"mode": "multi", "sort": "desc"},
     }
     return _panel(
-        "timeseries", title, description, queries, unit, defaults | _limits(min_, max_, decimals), options,
+        "timeseries",
+        title,
+        description,
+        queries,
+        unit,
+        defaults | _limits(min_, max_, decimals),
+        options,
         interval=interval,
-    )  # fmt: skip
+    )
 
 
 def _reduce(calc: str = "lastNotNull") -> Json:
@@ -190,8 +196,13 @@ def gauge(
     title: str, description: str, queries: Sequence[Q], unit: str, *, thresholds: Json, min_: float = 0, max_: float = 1
 ) -> Json:
     defaults = {"color": {"mode": "thresholds"}, "thresholds": thresholds, "min": min_, "max": max_}
-    options = {"reduceOptions": _reduce(), "orientation": "auto", "showThresholdLabels": False,
-               "showThresholdMarkers": True, "sizing": "auto"}  # fmt: skip
+    options = {
+        "reduceOptions": _reduce(),
+        "orientation": "auto",
+        "showThresholdLabels": False,
+        "showThresholdMarkers": True,
+        "sizing": "auto",
+    }
     return _panel("gauge", title, description, queries, unit, defaults, options)
 
 
@@ -225,8 +236,12 @@ def bargauge(
 def state_timeline(
     title: str, description: str, queries: Sequence[Q], *, mappings: list[Json], thresholds: Json
 ) -> Json:
-    defaults = {"custom": {"lineWidth": 0, "fillOpacity": 70}, "color": {"mode": "thresholds"},
-                "thresholds": thresholds, "mappings": mappings}  # fmt: skip
+    defaults = {
+        "custom": {"lineWidth": 0, "fillOpacity": 70},
+        "color": {"mode": "thresholds"},
+        "thresholds": thresholds,
+        "mappings": mappings,
+    }
     options = {
         "mergeValues": True,
         "showValue": "never",
@@ -243,15 +258,22 @@ def heatmap(title: str, description: str, query: Q, y_unit: str, *, interval: st
     options = {
         "calculate": False,
         "cellGap": 1,
-        "color": {"mode": "scheme", "scheme": "Oranges", "scale": "exponential", "exponent": 0.5, "steps": 64,
-                  "fill": "dark-orange", "reverse": False},
+        "color": {
+            "mode": "scheme",
+            "scheme": "Oranges",
+            "scale": "exponential",
+            "exponent": 0.5,
+            "steps": 64,
+            "fill": "dark-orange",
+            "reverse": False,
+        },
         "yAxis": {"axisPlacement": "left", "unit": y_unit, "reverse": False},
         "rowsFrame": {"layout": "auto"},
         "cellValues": {"unit": "short"},
         "filterValues": {"le": 1e-9},
         "tooltip": {"mode": "single", "yHistogram": True, "showColorScale": False},
         "legend": {"show": True},
-    }  # fmt: skip
+    }
     return _panel("heatmap", title, description, [query], "short", {}, options, interval=interval)
 
 
@@ -290,8 +312,12 @@ def table(
     if numeric:
         conversions = [{"targetField": lab, "destinationType": "number"} for lab in numeric]
         transformations.append({"id": "convertFieldType", "options": {"conversions": conversions, "fields": {}}})
-    transformations.append({"id": "organize", "options": {
-        "excludeByName": {}, "indexByName": {k: i for i, k in enumerate(names)}, "renameByName": names}})  # fmt: skip
+    transformations.append(
+        {
+            "id": "organize",
+            "options": {"excludeByName": {}, "indexByName": {k: i for i, k in enumerate(names)}, "renameByName": names},
+        }
+    )
     overrides = []
     for c in cols:
         props: list[Json] = [{"id": "unit", "value": c.unit}]
@@ -315,8 +341,12 @@ def table(
             {"matcher": {"id": "byName", "options": names[lab]}, "properties": [{"id": "links", "value": [link]}]}
         )
     sort_by = [{"displayName": sort or (names[next(iter(numeric))] if numeric else cols[0].name), "desc": desc}]
-    options = {"showHeader": True, "cellHeight": "sm", "sortBy": sort_by,
-               "footer": {"show": False, "reducer": ["sum"], "fields": "", "countRows": False}}  # fmt: skip
+    options = {
+        "showHeader": True,
+        "cellHeight": "sm",
+        "sortBy": sort_by,
+        "footer": {"show": False, "reducer": ["sum"], "fields": "", "countRows": False},
+    }
     defaults = {"custom": {"align": "auto", "cellOptions": {"type": "auto"}, "filterable": True}, "thresholds": NEUTRAL}
     queries = [Q(c.expr, instant=True, fmt="table") for c in cols]
     return _panel("table", title, description, queries, "none", defaults, options, overrides, transformations)
@@ -329,13 +359,27 @@ def info_table(
     names = {lab: (rename or {}).get(lab, lab) for lab in labels}
     transformations = [
         {"id": "filterFieldsByName", "options": {"include": {"names": list(labels)}}},
-        {"id": "organize", "options": {"excludeByName": {}, "indexByName": {k: i for i, k in enumerate(labels)},
-                                       "renameByName": names}},
-    ]  # fmt: skip
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {},
+                "indexByName": {k: i for i, k in enumerate(labels)},
+                "renameByName": names,
+            },
+        },
+    ]
     options = {"showHeader": True, "cellHeight": "sm", "footer": {"show": False, "reducer": ["sum"], "fields": ""}}
     defaults = {"custom": {"align": "auto", "cellOptions": {"type": "auto"}, "filterable": True}, "thresholds": NEUTRAL}
-    return _panel("table", title, description, [Q(expr, instant=True, fmt="table")], "none", defaults, options,
-                  transformations=transformations)  # fmt: skip
+    return _panel(
+        "table",
+        title,
+        description,
+        [Q(expr, instant=True, fmt="table")],
+        "none",
+        defaults,
+        options,
+        transformations=transformations,
+    )
 
 
 def barchart(title: str, description: str, x: str, x_name: str, series: dict[str, str], unit: str) -> Json:
@@ -346,14 +390,20 @@ def barchart(title: str, description: str, x: str, x_name: str, series: dict[str
     transformations = [
         {"id": "merge", "options": {}},
         {"id": "filterFieldsByName", "options": {"include": {"names": [x, *values]}}},
-        {"id": "convertFieldType", "options": {"conversions": [{"targetField": x, "destinationType": "number"}],
-                                               "fields": {}}},
+        {
+            "id": "convertFieldType",
+            "options": {"conversions": [{"targetField": x, "destinationType": "number"}], "fields": {}},
+        },
         {"id": "sortBy", "options": {"sort": [{"field": x, "desc": False}]}},
-        {"id": "convertFieldType", "options": {"conversions": [{"targetField": x, "destinationType": "string"}],
-                                               "fields": {}}},
-        {"id": "organize", "options": {"excludeByName": {}, "indexByName": {k: i for i, k in enumerate(names)},
-                                       "renameByName": names}},
-    ]  # fmt: skip
+        {
+            "id": "convertFieldType",
+            "options": {"conversions": [{"targetField": x, "destinationType": "string"}], "fields": {}},
+        },
+        {
+            "id": "organize",
+            "options": {"excludeByName": {}, "indexByName": {k: i for i, k in enumerate(names)}, "renameByName": names},
+        },
+    ]
     options = {
         "xField": x_name,
         "orientation": "vertical",
@@ -368,7 +418,10 @@ def barchart(title: str, description: str, x: str, x_name: str, series: dict[str
         "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom"},
         "tooltip": {"mode": "multi", "sort": "none"},
     }
-    defaults = {"custom": {"fillOpacity": 80, "gradientMode": "none", "lineWidth": 1, "axisSoftMin": 0},
-                "color": {"mode": "palette-classic"}, "thresholds": NEUTRAL}  # fmt: skip
+    defaults = {
+        "custom": {"fillOpacity": 80, "gradientMode": "none", "lineWidth": 1, "axisSoftMin": 0},
+        "color": {"mode": "palette-classic"},
+        "thresholds": NEUTRAL,
+    }
     queries = [Q(expr, instant=True, fmt="table") for expr in series.values()]
     return _panel("barchart", title, description, queries, unit, defaults, options, transformations=transformations)

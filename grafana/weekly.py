@@ -34,16 +34,37 @@ MONEY = "short"  # amounts are in the report's currency, named in the titles
 def build() -> Dashboard:
     variables = [
         *gpu_vars(),  # job, hostname and GPU: the live counters; hostname also filters the report's hosts
-        custom_var("window", "report window", ["week", "rolling_7d"],
-                   "week: the last weekly report (an ISO week); rolling_7d: the 7 days up to the last hourly refresh."),
-        query_var("user", "user", 'label_values(gpuledger_report_cost{window="$window", group="user"}, key)',
-                  "Users in the report."),
-        query_var("currency", "currency", 'label_values(gpuledger_report_info{window="$window"}, currency)',
-                  "The report's currency (for titles).", multi=False, include_all=False, hide=2),
-    ]  # fmt: skip
-    d = Dashboard("gpuledger-weekly", "gpuledger / Weekly cost and utilisation",
-                  "The analytics daemon's report figures: what a useful GPU-hour cost, what idle hours cost, and "
-                  "the change against the previous window.", variables, time_from="now-30d", refresh="5m")  # fmt: skip
+        custom_var(
+            "window",
+            "report window",
+            ["week", "rolling_7d"],
+            "week: the last weekly report (an ISO week); rolling_7d: the 7 days up to the last hourly refresh.",
+        ),
+        query_var(
+            "user",
+            "user",
+            'label_values(gpuledger_report_cost{window="$window", group="user"}, key)',
+            "Users in the report.",
+        ),
+        query_var(
+            "currency",
+            "currency",
+            'label_values(gpuledger_report_info{window="$window"}, currency)',
+            "The report's currency (for titles).",
+            multi=False,
+            include_all=False,
+            hide=2,
+        ),
+    ]
+    d = Dashboard(
+        "gpuledger-weekly",
+        "gpuledger / Weekly cost and utilisation",
+        "The analytics daemon's report figures: what a useful GPU-hour cost, what idle hours cost, and "
+        "the change against the previous window.",
+        variables,
+        time_from="now-30d",
+        refresh="5m",
+    )
     _headline(d)
     _change(d)
     _hosts(d)
@@ -61,149 +82,455 @@ def _fleet(metric: str, extra: str = "") -> list[Q]:
 
 def _headline(d: Dashboard) -> None:
     d.row("Headline: $window")
-    d.add(stat("Report", "The report behind the figures: its week (or rolling-7d), source, what counts as useful "
-               "(busy or sm_active) and currency.",
-               [Q(f"gpuledger_report_info{{{W}}}", "{{week}} · {{source}} · useful: {{useful}} · {{currency}}")],
-               "none", text_mode="name"), 8, 4)  # fmt: skip
-    d.add(stat("Data", "complete: every GPU-hour of the window had data; INCOMPLETE: see the report's reasons.",
-               [Q(f"gpuledger_report_complete{{{W}}}")], "none",
-               mappings=mapping(v1=("complete", "green"), v0=("INCOMPLETE", "red")), background=True), 4,
-          4)  # fmt: skip
-    d.add(stat("Coverage", "Share of the window's GPU-hours with data; under 99 % the report is incomplete.",
-               [Q(f"gpuledger_report_coverage_ratio{{{W}}}")], "percentunit", decimals=1,
-               thresholds=steps("red", (0.95, "orange"), (0.99, "green"))), 4, 4)  # fmt: skip
-    d.add(stat("Report age", "Time since the report was built (rolling_7d refreshes hourly, week on Mondays).",
-               [Q(f"time() - gpuledger_report_generated_timestamp_seconds{{{W}}}")], "s"), 4, 4)  # fmt: skip
-    d.add(stat("GPU-hours", "Available GPU-hours of the fleet in the window.",
-               _fleet("gpuledger_report_gpu_hours", 'kind="available"'), "h", decimals=0), 4, 4)  # fmt: skip
-    d.add(stat("Cost per useful GPU-hour (${currency})", "Total cost / useful GPU-hours: what an hour of real work "
-               "cost, idle hours included.", _fleet("gpuledger_report_cost_per_useful_gpu_hour"), MONEY, decimals=2,
-               background=True), 4, 4)  # fmt: skip
-    d.add(stat("Total cost (${currency})", "Hardware (or rental) plus energy cost of the window.",
-               _fleet("gpuledger_report_cost", 'kind="total"'), MONEY, decimals=0), 4, 4)  # fmt: skip
-    d.add(stat("Idle cost (${currency})", "Hourly rate × the GPU-hours that did no useful work.",
-               _fleet("gpuledger_report_cost", 'kind="idle"'), MONEY, decimals=0, thresholds=steps("orange")),
-          4, 4)  # fmt: skip
-    d.add(stat("Utilisation", "Busy / sampled GPU-hours of the fleet.", _fleet("gpuledger_report_utilization_ratio"),
-               "percentunit", decimals=1, thresholds=UTILISATION, background=True), 4, 4)  # fmt: skip
-    d.add(stat("SM activity", "SM-active / sampled GPU-hours of the fleet.",
-               _fleet("gpuledger_report_sm_activity_ratio"),
-               "percentunit", decimals=1, thresholds=UTILISATION, background=True), 4, 4)  # fmt: skip
-    d.add(stat("Energy", "GPU energy of the window (PUE not applied).", _fleet("gpuledger_report_energy_kwh"),
-               "kwatth", decimals=0), 4, 4)  # fmt: skip
+    d.add(
+        stat(
+            "Report",
+            "The report behind the figures: its week (or rolling-7d), source, what counts as useful "
+            "(busy or sm_active) and currency.",
+            [Q(f"gpuledger_report_info{{{W}}}", "{{week}} · {{source}} · useful: {{useful}} · {{currency}}")],
+            "none",
+            text_mode="name",
+        ),
+        8,
+        4,
+    )
+    d.add(
+        stat(
+            "Data",
+            "complete: every GPU-hour of the window had data; INCOMPLETE: see the report's reasons.",
+            [Q(f"gpuledger_report_complete{{{W}}}")],
+            "none",
+            mappings=mapping(v1=("complete", "green"), v0=("INCOMPLETE", "red")),
+            background=True,
+        ),
+        4,
+        4,
+    )
+    d.add(
+        stat(
+            "Coverage",
+            "Share of the window's GPU-hours with data; under 99 % the report is incomplete.",
+            [Q(f"gpuledger_report_coverage_ratio{{{W}}}")],
+            "percentunit",
+            decimals=1,
+            thresholds=steps("red", (0.95, "orange"), (0.99, "green")),
+        ),
+        4,
+        4,
+    )
+    d.add(
+        stat(
+            "Report age",
+            "Time since the report was built (rolling_7d refreshes hourly, week on Mondays).",
+            [Q(f"time() - gpuledger_report_generated_timestamp_seconds{{{W}}}")],
+            "s",
+        ),
+        4,
+        4,
+    )
+    d.add(
+        stat(
+            "GPU-hours",
+            "Available GPU-hours of the fleet in the window.",
+            _fleet("gpuledger_report_gpu_hours", 'kind="available"'),
+            "h",
+            decimals=0,
+        ),
+        4,
+        4,
+    )
+    d.add(
+        stat(
+            "Cost per useful GPU-hour (${currency})",
+            "Total cost / useful GPU-hours: what an hour of real work cost, idle hours included.",
+            _fleet("gpuledger_report_cost_per_useful_gpu_hour"),
+            MONEY,
+            decimals=2,
+            background=True,
+        ),
+        4,
+        4,
+    )
+    d.add(
+        stat(
+            "Total cost (${currency})",
+            "Hardware (or rental) plus energy cost of the window.",
+            _fleet("gpuledger_report_cost", 'kind="total"'),
+            MONEY,
+            decimals=0,
+        ),
+        4,
+        4,
+    )
+    d.add(
+        stat(
+            "Idle cost (${currency})",
+            "Hourly rate × the GPU-hours that did no useful work.",
+            _fleet("gpuledger_report_cost", 'kind="idle"'),
+            MONEY,
+            decimals=0,
+            thresholds=steps("orange"),
+        ),
+        4,
+        4,
+    )
+    d.add(
+        stat(
+            "Utilisation",
+            "Busy / sampled GPU-hours of the fleet.",
+            _fleet("gpuledger_report_utilization_ratio"),
+            "percentunit",
+            decimals=1,
+            thresholds=UTILISATION,
+            background=True,
+        ),
+        4,
+        4,
+    )
+    d.add(
+        stat(
+            "SM activity",
+            "SM-active / sampled GPU-hours of the fleet.",
+            _fleet("gpuledger_report_sm_activity_ratio"),
+            "percentunit",
+            decimals=1,
+            thresholds=UTILISATION,
+            background=True,
+        ),
+        4,
+        4,
+    )
+    d.add(
+        stat(
+            "Energy",
+            "GPU energy of the window (PUE not applied).",
+            _fleet("gpuledger_report_energy_kwh"),
+            "kwatth",
+            decimals=0,
+        ),
+        4,
+        4,
+    )
 
 
 def _change(d: Dashboard) -> None:
     d.row("Against the previous window")
-    d.add(bargauge("Week-over-week change", "gpuledger_report_change_ratio: each headline figure against the previous "
-                   "window of the same length (+10 % = 0.1). Whether up is good depends on the figure: utilisation "
-                   "and useful hours up is good, costs, idle hours and waits up is not.",
-                   [Q(f"gpuledger_report_change_ratio{{{W}}}", "{{figure}}")], "percentunit", min_=-1, max_=1,
-                   decimals=1), 12, 9)  # fmt: skip
-    d.add(bargauge("GPU-hours by kind", "Fleet GPU-hours: available, sampled (with data), busy, useful, allocated "
-                   "(held by a process) and allocated but idle.",
-                   [Q(f"gpuledger_report_gpu_hours{{{FLEET}}}", "{{kind}}")], "h", decimals=0), 12, 9)  # fmt: skip
+    d.add(
+        bargauge(
+            "Week-over-week change",
+            "gpuledger_report_change_ratio: each headline figure against the previous "
+            "window of the same length (+10 % = 0.1). Whether up is good depends on the figure: utilisation "
+            "and useful hours up is good, costs, idle hours and waits up is not.",
+            [Q(f"gpuledger_report_change_ratio{{{W}}}", "{{figure}}")],
+            "percentunit",
+            min_=-1,
+            max_=1,
+            decimals=1,
+        ),
+        12,
+        9,
+    )
+    d.add(
+        bargauge(
+            "GPU-hours by kind",
+            "Fleet GPU-hours: available, sampled (with data), busy, useful, allocated "
+            "(held by a process) and allocated but idle.",
+            [Q(f"gpuledger_report_gpu_hours{{{FLEET}}}", "{{kind}}")],
+            "h",
+            decimals=0,
+        ),
+        12,
+        9,
+    )
 
 
 def _hosts(d: Dashboard) -> None:
     d.row("Hosts and GPU models")
-    d.add(table("Hosts", "Per host over the window. Sorted by cost per useful GPU-hour, dearest first.",
-                [Col("utilisation", f"gpuledger_report_utilization_ratio{{{HOSTS}}}", "percentunit", gauge=True,
-                     thresholds=UTILISATION),
-                 Col("SM activity", f"gpuledger_report_sm_activity_ratio{{{HOSTS}}}", "percentunit"),
-                 Col("energy", f"gpuledger_report_energy_kwh{{{HOSTS}}}", "kwatth"),
-                 Col("total cost", f'gpuledger_report_cost{{{HOSTS}, kind="total"}}', MONEY),
-                 Col("idle cost", f'gpuledger_report_cost{{{HOSTS}, kind="idle"}}', MONEY),
-                 Col("per useful GPU-hour", f"gpuledger_report_cost_per_useful_gpu_hour{{{HOSTS}}}", MONEY)],
-                ["key"], rename={"key": "host"}, sort="per useful GPU-hour"), 24, 7)  # fmt: skip
-    d.add(bargauge("Cost per useful GPU-hour by host (${currency})", "Total cost / useful GPU-hours per host.",
-                   [Q(f"gpuledger_report_cost_per_useful_gpu_hour{{{HOSTS}}}", "{{key}}")], MONEY, decimals=2),
-          8)  # fmt: skip
-    d.add(bargauge("Idle cost by host (${currency})", "Hourly rate × hours without useful work, per host.",
-                   [Q(f'gpuledger_report_cost{{{HOSTS}, kind="idle"}}', "{{key}}")], MONEY, decimals=0,
-                   thresholds=steps("orange")), 8)  # fmt: skip
-    d.add(bargauge("Break-even utilisation by GPU model", "Utilisation above which owning beats renting (needs a "
-                   "cloud reference price); compare with the utilisation by model beside it.",
-                   [Q(f"gpuledger_report_breakeven_utilization_ratio{{{W}}}", "break-even {{model}}"),
-                    Q(f'gpuledger_report_utilization_ratio{{{W}, group="model"}}', "utilisation {{key}}")],
-                   "percentunit", max_=1), 8)  # fmt: skip
-    d.add(timeseries("Rolling 7-day cost per useful GPU-hour (${currency})", "The hourly rolling_7d refresh over "
-                     "time, fleet and hosts: a trend without waiting for Monday.",
-                     [Q(f'{PER_USEFUL}{{window="rolling_7d", group="fleet"}}', "fleet"),
-                      Q(f'{PER_USEFUL}{{window="rolling_7d", group="host", key=~"$hostname"}}', "{{key}}")],
-                     MONEY, decimals=2), 12)  # fmt: skip
-    d.add(timeseries("Rolling 7-day utilisation", "The hourly rolling_7d refresh over time, fleet and hosts.",
-                     [Q('gpuledger_report_utilization_ratio{window="rolling_7d", group="fleet"}', "fleet"),
-                      Q('gpuledger_report_utilization_ratio{window="rolling_7d", group="host", key=~"$hostname"}',
-                        "{{key}}")], "percentunit", max_=1, thresholds=UTILISATION), 12)  # fmt: skip
+    d.add(
+        table(
+            "Hosts",
+            "Per host over the window. Sorted by cost per useful GPU-hour, dearest first.",
+            [
+                Col(
+                    "utilisation",
+                    f"gpuledger_report_utilization_ratio{{{HOSTS}}}",
+                    "percentunit",
+                    gauge=True,
+                    thresholds=UTILISATION,
+                ),
+                Col("SM activity", f"gpuledger_report_sm_activity_ratio{{{HOSTS}}}", "percentunit"),
+                Col("energy", f"gpuledger_report_energy_kwh{{{HOSTS}}}", "kwatth"),
+                Col("total cost", f'gpuledger_report_cost{{{HOSTS}, kind="total"}}', MONEY),
+                Col("idle cost", f'gpuledger_report_cost{{{HOSTS}, kind="idle"}}', MONEY),
+                Col("per useful GPU-hour", f"gpuledger_report_cost_per_useful_gpu_hour{{{HOSTS}}}", MONEY),
+            ],
+            ["key"],
+            rename={"key": "host"},
+            sort="per useful GPU-hour",
+        ),
+        24,
+        7,
+    )
+    d.add(
+        bargauge(
+            "Cost per useful GPU-hour by host (${currency})",
+            "Total cost / useful GPU-hours per host.",
+            [Q(f"gpuledger_report_cost_per_useful_gpu_hour{{{HOSTS}}}", "{{key}}")],
+            MONEY,
+            decimals=2,
+        ),
+        8,
+    )
+    d.add(
+        bargauge(
+            "Idle cost by host (${currency})",
+            "Hourly rate × hours without useful work, per host.",
+            [Q(f'gpuledger_report_cost{{{HOSTS}, kind="idle"}}', "{{key}}")],
+            MONEY,
+            decimals=0,
+            thresholds=steps("orange"),
+        ),
+        8,
+    )
+    d.add(
+        bargauge(
+            "Break-even utilisation by GPU model",
+            "Utilisation above which owning beats renting (needs a "
+            "cloud reference price); compare with the utilisation by model beside it.",
+            [
+                Q(f"gpuledger_report_breakeven_utilization_ratio{{{W}}}", "break-even {{model}}"),
+                Q(f'gpuledger_report_utilization_ratio{{{W}, group="model"}}', "utilisation {{key}}"),
+            ],
+            "percentunit",
+            max_=1,
+        ),
+        8,
+    )
+    d.add(
+        timeseries(
+            "Rolling 7-day cost per useful GPU-hour (${currency})",
+            "The hourly rolling_7d refresh over time, fleet and hosts: a trend without waiting for Monday.",
+            [
+                Q(f'{PER_USEFUL}{{window="rolling_7d", group="fleet"}}', "fleet"),
+                Q(f'{PER_USEFUL}{{window="rolling_7d", group="host", key=~"$hostname"}}', "{{key}}"),
+            ],
+            MONEY,
+            decimals=2,
+        ),
+        12,
+    )
+    d.add(
+        timeseries(
+            "Rolling 7-day utilisation",
+            "The hourly rolling_7d refresh over time, fleet and hosts.",
+            [
+                Q('gpuledger_report_utilization_ratio{window="rolling_7d", group="fleet"}', "fleet"),
+                Q('gpuledger_report_utilization_ratio{window="rolling_7d", group="host", key=~"$hostname"}', "{{key}}"),
+            ],
+            "percentunit",
+            max_=1,
+            thresholds=UTILISATION,
+        ),
+        12,
+    )
 
 
 def _users(d: Dashboard) -> None:
     d.row("Users")
-    d.add(table("Users", "Per user over the window: GPU-hours held and busy, cost (the hourly rate of the GPUs held "
-                "plus their energy share) and idle cost (rate × held but not busy hours), most idle cost first.",
-                [Col("held", f'gpuledger_report_gpu_hours{{{USERS}, kind="available"}}', "h"),
-                 Col("busy", f'gpuledger_report_gpu_hours{{{USERS}, kind="busy"}}', "h"),
-                 Col("utilisation", f"gpuledger_report_utilization_ratio{{{USERS}}}", "percentunit", gauge=True,
-                     thresholds=UTILISATION),
-                 Col("total cost", f'gpuledger_report_cost{{{USERS}, kind="total"}}', MONEY),
-                 Col("idle cost", f'gpuledger_report_cost{{{USERS}, kind="idle"}}', MONEY),
-                 Col("per useful GPU-hour", f"gpuledger_report_cost_per_useful_gpu_hour{{{USERS}}}", MONEY)],
-                ["key"], rename={"key": "user"}, sort="idle cost"), 16, 8)  # fmt: skip
-    d.add(bargauge("Top users by idle cost (${currency})", "The ten users whose held GPUs cost most while idle.",
-                   [Q(f'topk(10, gpuledger_report_cost{{{USERS}, kind="idle"}})', "{{key}}")], MONEY, decimals=0,
-                   thresholds=steps("orange")), 8, 8)  # fmt: skip
+    d.add(
+        table(
+            "Users",
+            "Per user over the window: GPU-hours held and busy, cost (the hourly rate of the GPUs held "
+            "plus their energy share) and idle cost (rate × held but not busy hours), most idle cost first.",
+            [
+                Col("held", f'gpuledger_report_gpu_hours{{{USERS}, kind="available"}}', "h"),
+                Col("busy", f'gpuledger_report_gpu_hours{{{USERS}, kind="busy"}}', "h"),
+                Col(
+                    "utilisation",
+                    f"gpuledger_report_utilization_ratio{{{USERS}}}",
+                    "percentunit",
+                    gauge=True,
+                    thresholds=UTILISATION,
+                ),
+                Col("total cost", f'gpuledger_report_cost{{{USERS}, kind="total"}}', MONEY),
+                Col("idle cost", f'gpuledger_report_cost{{{USERS}, kind="idle"}}', MONEY),
+                Col("per useful GPU-hour", f"gpuledger_report_cost_per_useful_gpu_hour{{{USERS}}}", MONEY),
+            ],
+            ["key"],
+            rename={"key": "user"},
+            sort="idle cost",
+        ),
+        16,
+        8,
+    )
+    d.add(
+        bargauge(
+            "Top users by idle cost (${currency})",
+            "The ten users whose held GPUs cost most while idle.",
+            [Q(f'topk(10, gpuledger_report_cost{{{USERS}, kind="idle"}})', "{{key}}")],
+            MONEY,
+            decimals=0,
+            thresholds=steps("orange"),
+        ),
+        8,
+        8,
+    )
 
 
 def _queue(d: Dashboard) -> None:
     d.row("Queue, failures and multi-GPU in the window")
-    d.add(bargauge("Queue wait", "Wait from submit to start per partition: mean, p50, p95, max (exact from the "
-                   "embedded history; histogram estimates from Prometheus).",
-                   [Q(f"gpuledger_report_queue_wait_seconds{{{W}}}", "{{partition}} {{stat}}")], "s"), 8,
-          8)  # fmt: skip
-    d.add(bargauge("Jobs started", "Jobs started in the window per partition.",
-                   [Q(f"gpuledger_report_queue_jobs_started{{{W}}}", "{{partition}}")], "none"), 4, 8)  # fmt: skip
-    d.add(bargauge("Jobs ended by state", "Jobs that ended in the window, by partition and state (and requeues).",
-                   [Q(f"gpuledger_report_jobs{{{W}}} > 0", "{{partition}} {{state}}")], "none"), 6, 8)  # fmt: skip
-    d.add(bargauge("GPU-hours of failed jobs", "GPU-hours of jobs that failed or timed out: work lost.",
-                   [Q(f"gpuledger_report_failed_gpu_hours{{{W}}}", "{{partition}}")], "h", decimals=1,
-                   thresholds=steps("green", (1, "orange"))), 6, 8)  # fmt: skip
-    d.add(bargauge("Multi-GPU scaling efficiency", "Measured training speedup / N at N GPUs. ≥ 80 %: more GPUs are "
-                   "bought cheaply; 60–80 %: the usual price; under 60 %: dearly.",
-                   [Q(f"gpuledger_report_multi_gpu_efficiency_ratio{{{W}}}", "{{world_size}} GPUs")], "percentunit",
-                   max_=1, thresholds=EFFICIENCY), 12, 6)  # fmt: skip
-    d.add(bargauge("Extra cost per sample against one GPU", "N / speedup − 1: how much more each sample costs when "
-                   "a job is spread over N GPUs.",
-                   [Q(f"gpuledger_report_multi_gpu_extra_cost_ratio{{{W}}}", "{{world_size}} GPUs")], "percentunit",
-                   thresholds=steps("green", (0.25, "orange"), (0.67, "red"))), 12, 6)  # fmt: skip
+    d.add(
+        bargauge(
+            "Queue wait",
+            "Wait from submit to start per partition: mean, p50, p95, max (exact from the "
+            "embedded history; histogram estimates from Prometheus).",
+            [Q(f"gpuledger_report_queue_wait_seconds{{{W}}}", "{{partition}} {{stat}}")],
+            "s",
+        ),
+        8,
+        8,
+    )
+    d.add(
+        bargauge(
+            "Jobs started",
+            "Jobs started in the window per partition.",
+            [Q(f"gpuledger_report_queue_jobs_started{{{W}}}", "{{partition}}")],
+            "none",
+        ),
+        4,
+        8,
+    )
+    d.add(
+        bargauge(
+            "Jobs ended by state",
+            "Jobs that ended in the window, by partition and state (and requeues).",
+            [Q(f"gpuledger_report_jobs{{{W}}} > 0", "{{partition}} {{state}}")],
+            "none",
+        ),
+        6,
+        8,
+    )
+    d.add(
+        bargauge(
+            "GPU-hours of failed jobs",
+            "GPU-hours of jobs that failed or timed out: work lost.",
+            [Q(f"gpuledger_report_failed_gpu_hours{{{W}}}", "{{partition}}")],
+            "h",
+            decimals=1,
+            thresholds=steps("green", (1, "orange")),
+        ),
+        6,
+        8,
+    )
+    d.add(
+        bargauge(
+            "Multi-GPU scaling efficiency",
+            "Measured training speedup / N at N GPUs. ≥ 80 %: more GPUs are "
+            "bought cheaply; 60–80 %: the usual price; under 60 %: dearly.",
+            [Q(f"gpuledger_report_multi_gpu_efficiency_ratio{{{W}}}", "{{world_size}} GPUs")],
+            "percentunit",
+            max_=1,
+            thresholds=EFFICIENCY,
+        ),
+        12,
+        6,
+    )
+    d.add(
+        bargauge(
+            "Extra cost per sample against one GPU",
+            "N / speedup − 1: how much more each sample costs when a job is spread over N GPUs.",
+            [Q(f"gpuledger_report_multi_gpu_extra_cost_ratio{{{W}}}", "{{world_size}} GPUs")],
+            "percentunit",
+            thresholds=steps("green", (0.25, "orange"), (0.67, "red")),
+        ),
+        12,
+        6,
+    )
 
 
 def _live(d: Dashboard) -> None:
     d.row("Live counters of the selected GPUs, last 7 days")
-    d.add(table("GPUs over the last 7 days (live)", "Straight from the exporters' counters over the last 7 days, "
-                "per GPU: the figures the report aggregates, without waiting for it. Shares of sampled time; "
-                "energy from NVML's counter (PUE not applied).",
-                [Col("utilisation", share("busy", WEEK), "percentunit", gauge=True, thresholds=UTILISATION),
-                 Col("SM activity", share("sm_active", WEEK), "percentunit", thresholds=UTILISATION),
-                 Col("allocated but idle", share("allocated_idle", WEEK), "percentunit",
-                     thresholds=steps("green", (0.1, "orange"), (0.3, "red"))),
-                 Col("energy", f"sum by (hostname, gpu, model, uuid) ({per_gpu(increase(ENERGY, WEEK))}) / 3.6e6",
-                     "kwatth")],
-                ["hostname", "gpu", "model", "uuid"], sort="utilisation", desc=False), 24, 8)  # fmt: skip
+    d.add(
+        table(
+            "GPUs over the last 7 days (live)",
+            "Straight from the exporters' counters over the last 7 days, "
+            "per GPU: the figures the report aggregates, without waiting for it. Shares of sampled time; "
+            "energy from NVML's counter (PUE not applied).",
+            [
+                Col("utilisation", share("busy", WEEK), "percentunit", gauge=True, thresholds=UTILISATION),
+                Col("SM activity", share("sm_active", WEEK), "percentunit", thresholds=UTILISATION),
+                Col(
+                    "allocated but idle",
+                    share("allocated_idle", WEEK),
+                    "percentunit",
+                    thresholds=steps("green", (0.1, "orange"), (0.3, "red")),
+                ),
+                Col(
+                    "energy",
+                    f"sum by (hostname, gpu, model, uuid) ({per_gpu(increase(ENERGY, WEEK))}) / 3.6e6",
+                    "kwatth",
+                ),
+            ],
+            ["hostname", "gpu", "model", "uuid"],
+            sort="utilisation",
+            desc=False,
+        ),
+        24,
+        8,
+    )
 
 
 def _daemon(d: Dashboard) -> None:
     d.row("The analytics daemon")
-    d.add(stat("Last success", "Time since each task (weekly, refresh) last succeeded; a refresh older than a few "
-               "hours means the rolling figures are stale.",
-               [Q("time() - gpuledger_analytics_last_success_timestamp_seconds", "{{task}}")], "s",
-               thresholds=steps("green", (3 * 3600, "orange")), text_mode="value_and_name"), 8, 5)  # fmt: skip
-    d.add(bargauge("Runs by result", "Report runs over the time range by task and result; errors mean the source "
-                   "could not be read (the last good figures stay served).",
-                   [Q("sum by (task, result) (increase(gpuledger_analytics_runs_total[$__range]))",
-                      "{{task}} {{result}}", instant=True)], "none", decimals=0, thresholds=NEUTRAL), 8, 5)  # fmt: skip
-    d.add(stat("Failed runs", "Report runs that did not succeed over the time range. Every run counts as 0 "
-               "unless it failed, so 0 is a real zero and no data means the daemon is not scraped.",
-               [Q('sum (increase(gpuledger_analytics_runs_total{result!="ok"}[$__range])'
-                  " or 0 * increase(gpuledger_analytics_runs_total[$__range]))", instant=True)], "none",
-               decimals=0, thresholds=PROBLEM, background=True), 8, 5)  # fmt: skip
+    d.add(
+        stat(
+            "Last success",
+            "Time since each task (weekly, refresh) last succeeded; a refresh older than a few "
+            "hours means the rolling figures are stale.",
+            [Q("time() - gpuledger_analytics_last_success_timestamp_seconds", "{{task}}")],
+            "s",
+            thresholds=steps("green", (3 * 3600, "orange")),
+            text_mode="value_and_name",
+        ),
+        8,
+        5,
+    )
+    d.add(
+        bargauge(
+            "Runs by result",
+            "Report runs over the time range by task and result; errors mean the source "
+            "could not be read (the last good figures stay served).",
+            [
+                Q(
+                    "sum by (task, result) (increase(gpuledger_analytics_runs_total[$__range]))",
+                    "{{task}} {{result}}",
+                    instant=True,
+                )
+            ],
+            "none",
+            decimals=0,
+            thresholds=NEUTRAL,
+        ),
+        8,
+        5,
+    )
+    d.add(
+        stat(
+            "Failed runs",
+            "Report runs that did not succeed over the time range. Every run counts as 0 "
+            "unless it failed, so 0 is a real zero and no data means the daemon is not scraped.",
+            [
+                Q(
+                    'sum (increase(gpuledger_analytics_runs_total{result!="ok"}[$__range])'
+                    " or 0 * increase(gpuledger_analytics_runs_total[$__range]))",
+                    instant=True,
+                )
+            ],
+            "none",
+            decimals=0,
+            thresholds=PROBLEM,
+            background=True,
+        ),
+        8,
+        5,
+    )

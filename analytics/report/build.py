@@ -91,22 +91,36 @@ class _Acc:
         total = self.hardware + self.energy_cost
         energy = _sum(self.energy)
         return CostRow(
-            group=group, key=key, gpus=self.gpus, available_gpu_hours=self.available / h,
-            sampled_gpu_hours=self.sampled / h, busy_gpu_hours=self.busy / h,
-            sm_active_gpu_hours=None if sm is None else sm / h, useful_gpu_hours=self.useful / h,
-            utilization=_ratio(self.busy, self.sampled), sm_activity=_ratio(sm, self.sampled),
+            group=group,
+            key=key,
+            gpus=self.gpus,
+            available_gpu_hours=self.available / h,
+            sampled_gpu_hours=self.sampled / h,
+            busy_gpu_hours=self.busy / h,
+            sm_active_gpu_hours=None if sm is None else sm / h,
+            useful_gpu_hours=self.useful / h,
+            utilization=_ratio(self.busy, self.sampled),
+            sm_activity=_ratio(sm, self.sampled),
             allocated_gpu_hours=None if (a := _sum(self.alloc)) is None else a / h,
             allocated_idle_gpu_hours=None if (i := _sum(self.idle)) is None else i / h,
-            energy_kwh=None if energy is None else energy / JOULES_PER_KWH, energy_cost=self.energy_cost,
-            hardware_cost=self.hardware, total_cost=total,
+            energy_kwh=None if energy is None else energy / JOULES_PER_KWH,
+            energy_cost=self.energy_cost,
+            hardware_cost=self.hardware,
+            total_cost=total,
             cost_per_useful_gpu_hour=total / (self.useful / h) if self.useful / h > 0 else None,
             idle_cost=self.idle_cost,
             coverage=self.sampled / self.available if self.available > 0 else 0.0,
-        )  # fmt: skip
+        )
 
 
-def build(data: WeekData, cost: CostModel, *, previous: WeekData | None = None, min_coverage: float = 0.99,
-          now: float | None = None) -> Report:  # fmt: skip
+def build(
+    data: WeekData,
+    cost: CostModel,
+    *,
+    previous: WeekData | None = None,
+    min_coverage: float = 0.99,
+    now: float | None = None,
+) -> Report:
     w = data.window
     groups: dict[str, dict[str, _Acc]] = defaultdict(lambda: defaultdict(_Acc))
     fleet = _Acc()
@@ -163,34 +177,66 @@ def build(data: WeekData, cost: CostModel, *, previous: WeekData | None = None, 
         groups["user"][j.job.user or "(unknown)"].add(fig)
         key = j.job.job_id or (f"{j.job.namespace}/{j.job.pod}" if j.job.pod else f"{j.job.user or '?'} (no job)")
         groups["job"][key].add(fig)
-    rows = [acc.row(group, key) for group in ("host", "model", "gpu", "user", "job")
-            for key, acc in sorted(groups[group].items())]  # fmt: skip
+    rows = [
+        acc.row(group, key)
+        for group in ("host", "model", "gpu", "user", "job")
+        for key, acc in sorted(groups[group].items())
+    ]
     fleet_row = fleet.row("fleet", "fleet")
     reasons = list(data.problems)
     if not data.gpus:
         reasons.append("no GPU data in this window")
     elif fleet_row.coverage < min_coverage:
         gaps = sum(1 for g in data.gpus if g.sampled_s < min_coverage * w.seconds)
-        reasons.append(f"coverage {100 * fleet_row.coverage:.1f} % (< {100 * min_coverage:.0f} %): "
-                       f"{gaps} of {len(data.gpus)} GPUs have gaps")  # fmt: skip
+        reasons.append(
+            f"coverage {100 * fleet_row.coverage:.1f} % (< {100 * min_coverage:.0f} %): "
+            f"{gaps} of {len(data.gpus)} GPUs have gaps"
+        )
     if unpriced:
         reasons.append("no price for " + ", ".join(sorted(unpriced)))
     prev_report = build(previous, cost, min_coverage=min_coverage, now=now) if previous is not None else None
     return Report(
-        week=w.label, start=w.start, end=w.end, timezone=w.timezone, generated_at=now or time.time(),
-        currency=cost.currency, useful_measure=cost.useful, source=data.source,
-        approximations=list(data.approximations), example_prices=cost.example_prices, complete=not reasons,
-        incomplete_reasons=reasons, coverage=fleet_row.coverage, fleet=fleet_row, rows=rows,
-        daily=_daily(data), queue=_queue(data), failures=_failures(data),
+        week=w.label,
+        start=w.start,
+        end=w.end,
+        timezone=w.timezone,
+        generated_at=now or time.time(),
+        currency=cost.currency,
+        useful_measure=cost.useful,
+        source=data.source,
+        approximations=list(data.approximations),
+        example_prices=cost.example_prices,
+        complete=not reasons,
+        incomplete_reasons=reasons,
+        coverage=fleet_row.coverage,
+        fleet=fleet_row,
+        rows=rows,
+        daily=_daily(data),
+        queue=_queue(data),
+        failures=_failures(data),
         benchmarks=judge.benchmarks(data.bench, previous.bench if previous else None),
         multi_gpu=judge.multi_gpu(data.bench, fleet_row),
         rent_vs_buy=_rent(data, cost, rows),
-        deltas=judge.deltas(fleet_row, prev_report.fleet if prev_report else None,
-                            _queue(data), prev_report.queue if prev_report else []),
+        deltas=judge.deltas(
+            fleet_row,
+            prev_report.fleet if prev_report else None,
+            _queue(data),
+            prev_report.queue if prev_report else [],
+        ),
         notes=["example prices: set [cost] for yours"] if cost.example_prices else [],
-        prices=[PriceRow(host, model, rule.kind, priced_gpus[(host, model)], rule.hourly(), rule.energy_included,
-                         cost.example_prices) for (host, model), rule in sorted(priced.items())],
-    )  # fmt: skip
+        prices=[
+            PriceRow(
+                host,
+                model,
+                rule.kind,
+                priced_gpus[(host, model)],
+                rule.hourly(),
+                rule.energy_included,
+                cost.example_prices,
+            )
+            for (host, model), rule in sorted(priced.items())
+        ],
+    )
 
 
 def _daily(data: WeekData) -> list[DayRow]:
@@ -204,8 +250,20 @@ def _daily(data: WeekData) -> list[DayRow]:
 
 
 def _queue(data: WeekData) -> list[QueueRow]:
-    return [QueueRow(q.partition, q.source, q.started, q.wait_mean, q.wait_p50, q.wait_p95, q.wait_max,
-                     q.wait_max_is_bound, q.pending_gpu_hours) for q in data.queue]  # fmt: skip
+    return [
+        QueueRow(
+            q.partition,
+            q.source,
+            q.started,
+            q.wait_mean,
+            q.wait_p50,
+            q.wait_p95,
+            q.wait_max,
+            q.wait_max_is_bound,
+            q.pending_gpu_hours,
+        )
+        for q in data.queue
+    ]
 
 
 def _failures(data: WeekData) -> list[FailureRow]:

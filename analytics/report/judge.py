@@ -49,16 +49,24 @@ def multi_gpu(bench: BenchWeek | None, fleet: CostRow) -> list[VerdictRow]:
         if eff >= 0.8:
             verdict = f"scales well: {n} GPUs cost {100 * extra:.0f} % more per sample and finish {speedup:.1f}x sooner"
         elif eff >= 0.6:
-            verdict = (f"typical (60-80 % of linear): {100 * extra:.0f} % more per sample for {speedup:.1f}x; "
-                       "worth it when time to result matters")  # fmt: skip
+            verdict = (
+                f"typical (60-80 % of linear): {100 * extra:.0f} % more per sample for {speedup:.1f}x; "
+                "worth it when time to result matters"
+            )
         else:
             verdict = f"poor: {100 * extra:.0f} % more per sample; prefer fewer GPUs per job or fix communication"
         out.append(VerdictRow(n, speedup, eff, per_m_1, per_m_n, extra, verdict))
     return out
 
 
-def rent_row(model: str, owned_hourly: float, energy_per_busy: float, cloud: float | None,
-             breakeven: float | None, util: float | None) -> RentRow:  # fmt: skip
+def rent_row(
+    model: str,
+    owned_hourly: float,
+    energy_per_busy: float,
+    cloud: float | None,
+    breakeven: float | None,
+    util: float | None,
+) -> RentRow:
     if cloud is None:
         verdict = "set cloud_reference_per_gpu_hour on the price rule to compare"
     elif breakeven is None:

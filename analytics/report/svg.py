@@ -193,14 +193,18 @@ def line_chart(
         body.append(_text(x1, y1 + 32, x_unit, "end", fill=MUTED))
     if ideal and xs:
         lo, hi = min(xs), min(max(xs), ticks[-1])
-        body.append(f'<line x1="{x(lo):.1f}" y1="{y(lo):.1f}" x2="{x(hi):.1f}" y2="{y(hi):.1f}" stroke="{MUTED}" '
-                    'stroke-width="1.5" stroke-dasharray="6 4"><title>ideal: y = x</title></line>')  # fmt: skip
+        body.append(
+            f'<line x1="{x(lo):.1f}" y1="{y(lo):.1f}" x2="{x(hi):.1f}" y2="{y(hi):.1f}" stroke="{MUTED}" '
+            'stroke-width="1.5" stroke-dasharray="6 4"><title>ideal: y = x</title></line>'
+        )
     if points:
         coords = " ".join(f"{x(px):.1f},{y(py):.1f}" for px, py in points)
         body.append(f'<polyline points="{coords}" fill="none" stroke="{COLORS[0]}" stroke-width="2.5"/>')
         for px, py in points:
-            body.append(f'<circle cx="{x(px):.1f}" cy="{y(py):.1f}" r="4" fill="{COLORS[0]}">'
-                        f"<title>{esc(f'{fmt(px)}: {fmt(py)}')}</title></circle>")  # fmt: skip
+            body.append(
+                f'<circle cx="{x(px):.1f}" cy="{y(py):.1f}" r="4" fill="{COLORS[0]}">'
+                f"<title>{esc(f'{fmt(px)}: {fmt(py)}')}</title></circle>"
+            )
     body.append(f'<line x1="{x0}" y1="{y1}" x2="{x1}" y2="{y1}" stroke="{MUTED}"/>')
     legend = _legend([name, "ideal"] if ideal else [name], width, [False, True])
     return _svg(title, width, height, body + legend)

@@ -150,77 +150,103 @@ class Table:
 def headline(r: Report) -> list[tuple[str, str]]:
     f, cur = r.fleet, r.currency
     return [
-        ("GPUs", f"{f.gpus:,}"), ("Total cost", money(f.total_cost, cur)),
+        ("GPUs", f"{f.gpus:,}"),
+        ("Total cost", money(f.total_cost, cur)),
         ("Cost per useful GPU-hour", money(f.cost_per_useful_gpu_hour, cur)),
-        ("Utilisation (busy / sampled)", pct(f.utilization)), ("SM activity", pct(f.sm_activity)),
-        ("Idle cost", money(f.idle_cost, cur)), ("Hardware cost", money(f.hardware_cost, cur)),
-        ("Energy cost", money(f.energy_cost, cur)), ("Energy", kwh(f.energy_kwh)),
-        ("Available GPU-hours", hours(f.available_gpu_hours)), ("Sampled GPU-hours", hours(f.sampled_gpu_hours)),
-        ("Busy GPU-hours", hours(f.busy_gpu_hours)), ("Useful GPU-hours", hours(f.useful_gpu_hours)),
+        ("Utilisation (busy / sampled)", pct(f.utilization)),
+        ("SM activity", pct(f.sm_activity)),
+        ("Idle cost", money(f.idle_cost, cur)),
+        ("Hardware cost", money(f.hardware_cost, cur)),
+        ("Energy cost", money(f.energy_cost, cur)),
+        ("Energy", kwh(f.energy_kwh)),
+        ("Available GPU-hours", hours(f.available_gpu_hours)),
+        ("Sampled GPU-hours", hours(f.sampled_gpu_hours)),
+        ("Busy GPU-hours", hours(f.busy_gpu_hours)),
+        ("Useful GPU-hours", hours(f.useful_gpu_hours)),
         ("Allocated GPU-hours", hours(f.allocated_gpu_hours)),
-        ("Allocated but idle GPU-hours", hours(f.allocated_idle_gpu_hours)), ("Coverage", pct(f.coverage)),
-    ]  # fmt: skip
+        ("Allocated but idle GPU-hours", hours(f.allocated_idle_gpu_hours)),
+        ("Coverage", pct(f.coverage)),
+    ]
 
 
 T = TypeVar("T")
 Columns = list[tuple[str, Callable[[T], str]]]  # header ("{cur}" becomes the currency), cell
 
 COST: Columns[CostRow] = [
-    ("GPUs", lambda c: f"{c.gpus:,}"), ("Utilisation", lambda c: pct(c.utilization)),
-    ("SM activity", lambda c: pct(c.sm_activity)), ("Useful GPU-h", lambda c: hours(c.useful_gpu_hours)),
+    ("GPUs", lambda c: f"{c.gpus:,}"),
+    ("Utilisation", lambda c: pct(c.utilization)),
+    ("SM activity", lambda c: pct(c.sm_activity)),
+    ("Useful GPU-h", lambda c: hours(c.useful_gpu_hours)),
     ("Alloc. idle GPU-h", lambda c: hours(c.allocated_idle_gpu_hours)),
-    ("Energy kWh", lambda c: num(c.energy_kwh, 1)), ("Hardware ({cur})", lambda c: money(c.hardware_cost)),
-    ("Energy ({cur})", lambda c: money(c.energy_cost)), ("Total ({cur})", lambda c: money(c.total_cost)),
+    ("Energy kWh", lambda c: num(c.energy_kwh, 1)),
+    ("Hardware ({cur})", lambda c: money(c.hardware_cost)),
+    ("Energy ({cur})", lambda c: money(c.energy_cost)),
+    ("Total ({cur})", lambda c: money(c.total_cost)),
     ("Per useful GPU-h ({cur})", lambda c: money(c.cost_per_useful_gpu_hour)),
-    ("Idle cost ({cur})", lambda c: money(c.idle_cost)), ("Coverage", lambda c: pct(c.coverage)),
-]  # fmt: skip
+    ("Idle cost ({cur})", lambda c: money(c.idle_cost)),
+    ("Coverage", lambda c: pct(c.coverage)),
+]
 DAILY: Columns[DayRow] = [
-    ("Date", lambda d: d.date), ("Sampled GPU-h", lambda d: hours(d.sampled_gpu_hours)),
+    ("Date", lambda d: d.date),
+    ("Sampled GPU-h", lambda d: hours(d.sampled_gpu_hours)),
     ("Busy GPU-h", lambda d: hours(d.busy_gpu_hours)),
     ("Utilisation", lambda d: pct(d.busy_gpu_hours / d.sampled_gpu_hours if d.sampled_gpu_hours else None)),
     ("Energy kWh", lambda d: num(d.energy_kwh, 1)),
-]  # fmt: skip
+]
 # "≤ 6 h": the maximum is a histogram bucket's upper bound, not an observed wait
 QUEUE: Columns[QueueRow] = [
-    ("Partition", lambda q: q.partition), ("Source", lambda q: q.source),
-    ("Jobs started", lambda q: f"{q.jobs_started:,}"), ("Wait mean", lambda q: duration(q.wait_mean_s)),
-    ("Wait p50", lambda q: duration(q.wait_p50_s)), ("Wait p95", lambda q: duration(q.wait_p95_s)),
+    ("Partition", lambda q: q.partition),
+    ("Source", lambda q: q.source),
+    ("Jobs started", lambda q: f"{q.jobs_started:,}"),
+    ("Wait mean", lambda q: duration(q.wait_mean_s)),
+    ("Wait p50", lambda q: duration(q.wait_p50_s)),
+    ("Wait p95", lambda q: duration(q.wait_p95_s)),
     ("Wait max", lambda q: ("≤ " if q.wait_max_is_bound and q.wait_max_s is not None else "") + duration(q.wait_max_s)),
     ("Pending GPU-h", lambda q: hours(q.pending_gpu_hours)),
-]  # fmt: skip
+]
 FAILURES: Columns[FailureRow] = [
     ("Partition", lambda f: f.partition),
-    *((name.capitalize(), lambda f, n=name: f"{getattr(f, n):,}")
-      for name in ("completed", "failed", "cancelled", "timeout", "other", "requeued")),
+    *(
+        (name.capitalize(), lambda f, n=name: f"{getattr(f, n):,}")
+        for name in ("completed", "failed", "cancelled", "timeout", "other", "requeued")
+    ),
     ("Failed GPU-h", lambda f: hours(f.failed_gpu_hours)),
-]  # fmt: skip
+]
 BENCH: Columns[BenchRow] = [
-    ("Metric", lambda b: bench_metric(b.metric)[0]), ("GPUs", lambda b: str(b.world_size)),
+    ("Metric", lambda b: bench_metric(b.metric)[0]),
+    ("GPUs", lambda b: str(b.world_size)),
     ("Value", lambda b: bench_metric(b.metric)[1](b.value)),
-    ("Previous", lambda b: bench_metric(b.metric)[1](b.previous)), ("Change", lambda b: pct(b.change, signed=True)),
+    ("Previous", lambda b: bench_metric(b.metric)[1](b.previous)),
+    ("Change", lambda b: pct(b.change, signed=True)),
     ("Flag", lambda b: "⚠ DROP" if b.dropped else ""),
-]  # fmt: skip
+]
 MULTI_GPU: Columns[VerdictRow] = [
-    ("GPUs", lambda v: str(v.world_size)), ("Speedup", lambda v: times(v.speedup)),
+    ("GPUs", lambda v: str(v.world_size)),
+    ("Speedup", lambda v: times(v.speedup)),
     ("Efficiency", lambda v: pct(v.efficiency)),
     ("Per M samples, 1 GPU ({cur})", lambda v: money(v.cost_per_million_samples_1)),
     ("Per M samples, N GPUs ({cur})", lambda v: money(v.cost_per_million_samples_n)),
-    ("Extra cost", lambda v: pct(v.extra_cost, signed=True)), ("Verdict", lambda v: v.verdict),
-]  # fmt: skip
+    ("Extra cost", lambda v: pct(v.extra_cost, signed=True)),
+    ("Verdict", lambda v: v.verdict),
+]
 RENT: Columns[RentRow] = [
-    ("Model", lambda x: x.model), ("Owned / GPU-h ({cur})", lambda x: money(x.owned_per_gpu_hour)),
+    ("Model", lambda x: x.model),
+    ("Owned / GPU-h ({cur})", lambda x: money(x.owned_per_gpu_hour)),
     ("Energy / busy h ({cur})", lambda x: money(x.energy_per_busy_hour)),
     ("Cloud / GPU-h ({cur})", lambda x: money(x.cloud_per_gpu_hour)),
-    ("Break-even utilisation", lambda x: pct(x.breakeven_utilization)), ("Utilisation", lambda x: pct(x.utilization)),
+    ("Break-even utilisation", lambda x: pct(x.breakeven_utilization)),
+    ("Utilisation", lambda x: pct(x.utilization)),
     ("Verdict", lambda x: x.verdict),
-]  # fmt: skip
+]
 
 PRICES: Columns[PriceRow] = [
-    ("Host", lambda p: p.host), ("Model", lambda p: p.model), ("GPUs", lambda p: f"{p.gpus:,}"),
+    ("Host", lambda p: p.host),
+    ("Model", lambda p: p.model),
+    ("GPUs", lambda p: f"{p.gpus:,}"),
     ("Kind", lambda p: p.kind + (" (example)" if p.example else "")),
     ("Per GPU-hour ({cur})", lambda p: money(p.per_gpu_hour)),
     ("Energy", lambda p: "included" if p.energy_included else "charged"),
-]  # fmt: skip
+]
 
 
 def _table(slug: str, title: str, cols: Columns[T], rows: Iterable[T], cur: str, empty: str = "") -> Table:
@@ -238,8 +264,11 @@ def tables(r: Report) -> list[Table]:
         ("Previous week", lambda d: figure_value(d.figure, d.previous, c)),
         ("Change", lambda d: pct(d.change, signed=True)),
     ]
-    groups = [("hosts", "Hosts", "Host", "host"), ("models", "GPU models", "Model", "model"),
-              ("users", "Users", "User", "user")]  # fmt: skip
+    groups = [
+        ("hosts", "Hosts", "Host", "host"),
+        ("models", "GPU models", "Model", "model"),
+        ("users", "Users", "User", "user"),
+    ]
     return [
         _table("daily", "Daily", DAILY, r.daily, c),
         *(_table(slug, name, [(first, lambda x: x.key), *COST], r.group(g), c) for slug, name, first, g in groups),
@@ -264,8 +293,10 @@ def subtitle(r: Report) -> str:
 
 
 def facts(r: Report) -> str:
-    return (f"Source: {r.source} · useful measure: {r.useful_measure} · coverage: {pct(r.coverage)} · "
-            f"currency: {r.currency} · generated {local_time(r.generated_at, r.timezone)}")  # fmt: skip
+    return (
+        f"Source: {r.source} · useful measure: {r.useful_measure} · coverage: {pct(r.coverage)} · "
+        f"currency: {r.currency} · generated {local_time(r.generated_at, r.timezone)}"
+    )
 
 
 def summary(r: Report) -> str:
@@ -279,9 +310,17 @@ EXAMPLE_PRICES = "Example prices: set [cost] in the configuration for yours; the
 
 # ---------------------------------------------------------------- JSON
 
-_LISTS: dict[str, type[Any]] = {"rows": CostRow, "daily": DayRow, "queue": QueueRow, "failures": FailureRow,
-                                "benchmarks": BenchRow, "multi_gpu": VerdictRow, "rent_vs_buy": RentRow,
-                                "deltas": Delta, "prices": PriceRow}  # fmt: skip
+_LISTS: dict[str, type[Any]] = {
+    "rows": CostRow,
+    "daily": DayRow,
+    "queue": QueueRow,
+    "failures": FailureRow,
+    "benchmarks": BenchRow,
+    "multi_gpu": VerdictRow,
+    "rent_vs_buy": RentRow,
+    "deltas": Delta,
+    "prices": PriceRow,
+}
 _REPORT = TypeAdapter(Report)
 _FIELDS = {name: TypeAdapter(hint) for name, hint in typing.get_type_hints(Report).items()}
 _ROWS = {name: TypeAdapter(cls) for name, cls in _LISTS.items()}

@@ -93,14 +93,23 @@ def day_totals(api: PromAPI, w: Window, counters: Mapping[str, str], reset_kind:
         a, b = at[d], at[d + 1]
         r, main = resets[d], reset_kind
         seen = {u for k in kinds for u in (*a[k], *b[k])} | set(r)  # resets() names every GPU with samples
-        bad = {u for u in seen if r.get(u, 0.0) > 0 or u not in a[main] or u not in b[main]
-               or any((u in a[k]) != (u in b[k]) for k in kinds)}  # fmt: skip
+        bad = {
+            u
+            for u in seen
+            if r.get(u, 0.0) > 0
+            or u not in a[main]
+            or u not in b[main]
+            or any((u in a[k]) != (u in b[k]) for k in kinds)
+        }
         per_day.append({k: {u: b[k][u] - a[k][u] for u in b[k] if u in a[k] and u not in bad} for k in kinds})
         if bad:
             redo.append((d, bad))
     if redo:
-        fix = [(f"sum by (uuid) (increase({counters[k]}{_only(bad)}[{rng(spans[d].seconds)}]))", spans[d].end)
-               for d, bad in redo for k in kinds]  # fmt: skip
+        fix = [
+            (f"sum by (uuid) (increase({counters[k]}{_only(bad)}[{rng(spans[d].seconds)}]))", spans[d].end)
+            for d, bad in redo
+            for k in kinds
+        ]
         for i, series in enumerate(api.query_many(fix)):
             d, bad = redo[i // n]
             per_day[d][kinds[i % n]].update((u, v) for u, v in _by_uuid(series).items() if u in bad)

@@ -91,19 +91,30 @@ class DcgmSource:
         for uuid in sorted({u for d in per_day for u in d}):
             lab = labels.get(uuid, {})
             mine = [d[uuid] for d in per_day if uuid in d]
-            gpus.append(GpuWeek(
-                uuid=uuid, host=lab.get("Hostname", lab.get("instance", "")), model=lab.get("modelName", ""),
-                gpu=lab.get("gpu", ""), sampled_s=sum(f.sampled for f in mine), busy_s=sum(f.busy for f in mine),
-                sm_active_s=_total(f.sm for f in mine), allocated_s=None, allocated_idle_s=None,
-                energy_j=_total(f.energy for f in mine),
-                daily=tuple(GpuDay(f.sampled, f.busy, f.energy) if (f := d.get(uuid)) else GpuDay(0.0, 0.0, None)
-                            for d in per_day),
-            ))  # fmt: skip
+            gpus.append(
+                GpuWeek(
+                    uuid=uuid,
+                    host=lab.get("Hostname", lab.get("instance", "")),
+                    model=lab.get("modelName", ""),
+                    gpu=lab.get("gpu", ""),
+                    sampled_s=sum(f.sampled for f in mine),
+                    busy_s=sum(f.busy for f in mine),
+                    sm_active_s=_total(f.sm for f in mine),
+                    allocated_s=None,
+                    allocated_idle_s=None,
+                    energy_j=_total(f.energy for f in mine),
+                    daily=tuple(
+                        GpuDay(f.sampled, f.busy, f.energy) if (f := d.get(uuid)) else GpuDay(0.0, 0.0, None)
+                        for d in per_day
+                    ),
+                )
+            )
         queue = []
         if self.s.kube_state_metrics:
             try:
                 queue = kubernetes.queue_wait(self.api, w)
             except QueryError as e:
                 problems.append(f"Kubernetes queue wait: {e}")
-        return WeekData(w, "dcgm", tuple(gpus), queue=tuple(queue), approximations=APPROXIMATIONS,
-                        problems=tuple(problems))  # fmt: skip
+        return WeekData(
+            w, "dcgm", tuple(gpus), queue=tuple(queue), approximations=APPROXIMATIONS, problems=tuple(problems)
+        )

@@ -39,8 +39,16 @@ class EmbeddedSource:
             bench = self._bench(window)
         except sqlite3.Error as e:
             raise SourceUnavailable(f"embedded history {self.path}: {e}") from e
-        return WeekData(window, "embedded", tuple(gpus), tuple(per_job), tuple(queue), tuple(failures), bench,
-                        approximations=("pending GPU-hours count finished jobs only",))  # fmt: skip
+        return WeekData(
+            window,
+            "embedded",
+            tuple(gpus),
+            tuple(per_job),
+            tuple(queue),
+            tuple(failures),
+            bench,
+            approximations=("pending GPU-hours count finished jobs only",),
+        )
 
     def _gpus(self, w: Window) -> list[GpuWeek]:
         ident = history.gpus(self.db)
@@ -59,15 +67,22 @@ class EmbeddedSource:
             host, model, gpu = (g.hostname, g.model, str(g.index)) if g else ("", "", "")
             has_energy = "energy_joules" in measured[uuid]
             energy = a["energy_joules"]
-            out.append(GpuWeek(
-                uuid=uuid, host=host, model=model, gpu=gpu,
-                sampled_s=sum(a["sampled_seconds"]), busy_s=sum(a["busy_seconds"]),
-                sm_active_s=sum(a["sm_active_seconds"]) if "sm_active_seconds" in measured[uuid] else None,
-                allocated_s=sum(a["allocated_seconds"]), allocated_idle_s=sum(a["allocated_idle_seconds"]),
-                energy_j=sum(energy) if has_energy else None,
-                energy_by_hour=tuple(energy) if has_energy else None,
-                daily=_daily(w, a["sampled_seconds"], a["busy_seconds"], energy if has_energy else None),
-            ))  # fmt: skip
+            out.append(
+                GpuWeek(
+                    uuid=uuid,
+                    host=host,
+                    model=model,
+                    gpu=gpu,
+                    sampled_s=sum(a["sampled_seconds"]),
+                    busy_s=sum(a["busy_seconds"]),
+                    sm_active_s=sum(a["sm_active_seconds"]) if "sm_active_seconds" in measured[uuid] else None,
+                    allocated_s=sum(a["allocated_seconds"]),
+                    allocated_idle_s=sum(a["allocated_idle_seconds"]),
+                    energy_j=sum(energy) if has_energy else None,
+                    energy_by_hour=tuple(energy) if has_energy else None,
+                    daily=_daily(w, a["sampled_seconds"], a["busy_seconds"], energy if has_energy else None),
+                )
+            )
         return out
 
     def _jobs(self, w: Window, hosts: dict[str, str]) -> list[JobWeek]:
@@ -88,11 +103,20 @@ class EmbeddedSource:
                 overlap = max(0.0, min(until, w.end) - max(j.submit, w.start))
                 pending[j.partition] += j.gpus * overlap / 3600
         queue = [
-            QueueWeek(p, "exact", len(v), sum(v) / len(v) if v else None, percentile(v, 0.5), percentile(v, 0.95),
-                      max(v) if v else None, False, pending.get(p, 0.0))
+            QueueWeek(
+                p,
+                "exact",
+                len(v),
+                sum(v) / len(v) if v else None,
+                percentile(v, 0.5),
+                percentile(v, 0.95),
+                max(v) if v else None,
+                False,
+                pending.get(p, 0.0),
+            )
             for p in sorted(set(waits) | set(pending))
             for v in [waits.get(p, [])]
-        ]  # fmt: skip
+        ]
         states: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         requeued: dict[str, int] = defaultdict(int)
         lost: dict[str, float] = defaultdict(float)
@@ -131,8 +155,7 @@ class EmbeddedSource:
         return BenchWeek(busbw, speedup, efficiency, throughput.get(1), throughput, model)
 
 
-def _daily(w: Window, sampled: list[float], busy: list[float], energy: list[float] | None
-           ) -> tuple[GpuDay, ...]:  # fmt: skip
+def _daily(w: Window, sampled: list[float], busy: list[float], energy: list[float] | None) -> tuple[GpuDay, ...]:
     """Hourly figures folded into the window's local days."""
     tz = zoneinfo.ZoneInfo(w.timezone)
     days: dict[dt.date, list[float]] = {}

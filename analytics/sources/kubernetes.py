@@ -34,6 +34,15 @@ def queue_wait(api: PromAPI, w: Window) -> list[QueueWeek]:
         if pod in created
     )
     return [
-        QueueWeek("kubernetes", "exact", len(waits), sum(waits) / len(waits) if waits else None,
-                  percentile(waits, 0.5), percentile(waits, 0.95), max(waits) if waits else None, False, pending)
-    ]  # fmt: skip
+        QueueWeek(
+            "kubernetes",
+            "exact",
+            len(waits),
+            sum(waits) / len(waits) if waits else None,
+            percentile(waits, 0.5),
+            percentile(waits, 0.95),
+            max(waits) if waits else None,
+            False,
+            pending,
+        )
+    ]

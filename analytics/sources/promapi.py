@@ -58,8 +58,9 @@ class PromAPI:
         if s.username is not None and s.password is not None:
             auth = httpx.BasicAuth(s.username, s.password.get_secret_value())
         verify: bool | ssl.SSLContext = ssl.create_default_context(cafile=str(s.ca_file)) if s.ca_file else s.verify_tls
-        self.http = httpx.Client(base_url=s.url, headers=headers, auth=auth, verify=verify, timeout=s.timeout,
-                                 transport=transport)  # fmt: skip
+        self.http = httpx.Client(
+            base_url=s.url, headers=headers, auth=auth, verify=verify, timeout=s.timeout, transport=transport
+        )
         self.queries = 0
         self._count = threading.Lock()
 

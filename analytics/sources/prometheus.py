@@ -68,10 +68,20 @@ class PrometheusSource:
             queue += part("Kubernetes queue wait", lambda: kubernetes.queue_wait(self.api, w), no_queue)
         failures = part("failed jobs", lambda: self._failures(w), no_failures)
         bench = part("benchmarks", lambda: self._bench(w), None)
-        return WeekData(w, "prometheus", tuple(gpus), tuple(per_job), tuple(queue), tuple(failures), bench,
-                        approximations=("pending GPU-hours from the average of the pending-GPUs gauge",
-                                        "queue-wait quantiles estimated from histogram buckets"),
-                        problems=tuple(problems))  # fmt: skip
+        return WeekData(
+            w,
+            "prometheus",
+            tuple(gpus),
+            tuple(per_job),
+            tuple(queue),
+            tuple(failures),
+            bench,
+            approximations=(
+                "pending GPU-hours from the average of the pending-GPUs gauge",
+                "queue-wait quantiles estimated from histogram buckets",
+            ),
+            problems=tuple(problems),
+        )
 
     # --- GPUs ---------------------------------------------------------------------------
 
@@ -94,15 +104,25 @@ class PrometheusSource:
             hours = hourly.get(uuid)
             if hours and energy is not None and sum(hours) > 0:  # the hours, scaled to the exact total
                 hours = [h * energy / sum(hours) for h in hours]
-            out.append(GpuWeek(
-                uuid=uuid, host=labels.get("hostname", labels.get("instance", "")), model=labels.get("model", ""),
-                gpu=labels.get("gpu", ""), sampled_s=total("sampled", uuid) or 0.0,
-                busy_s=total("busy", uuid) or 0.0, sm_active_s=total("sm", uuid),
-                allocated_s=total("alloc", uuid), allocated_idle_s=total("idle", uuid),
-                energy_j=energy, energy_by_hour=tuple(hours) if hours else None,
-                daily=tuple(GpuDay(d.get("sampled", uuid) or 0.0, d.get("busy", uuid) or 0.0, d.get("energy", uuid))
-                            for d in totals.days),
-            ))  # fmt: skip
+            out.append(
+                GpuWeek(
+                    uuid=uuid,
+                    host=labels.get("hostname", labels.get("instance", "")),
+                    model=labels.get("model", ""),
+                    gpu=labels.get("gpu", ""),
+                    sampled_s=total("sampled", uuid) or 0.0,
+                    busy_s=total("busy", uuid) or 0.0,
+                    sm_active_s=total("sm", uuid),
+                    allocated_s=total("alloc", uuid),
+                    allocated_idle_s=total("idle", uuid),
+                    energy_j=energy,
+                    energy_by_hour=tuple(hours) if hours else None,
+                    daily=tuple(
+                        GpuDay(d.get("sampled", uuid) or 0.0, d.get("busy", uuid) or 0.0, d.get("energy", uuid))
+                        for d in totals.days
+                    ),
+                )
+            )
         return out
 
     # --- jobs, queue, failures, benchmarks ---------------------------------------------
@@ -115,23 +135,32 @@ class PrometheusSource:
         busy: dict[tuple[str, JobKey], float] = defaultdict(float)
         energy: dict[tuple[str, JobKey], float] = defaultdict(float)
         metrics = (("sampled_seconds", sampled), ("busy_seconds", busy), ("energy_joules", energy))
-        asked = [(into, f"sum by ({by}) (increase(gpuledger_job_gpu_{metric}_total[{rng(day.seconds)}]))", day.end)
-                 for day in days(w) for metric, into in metrics]  # fmt: skip
+        asked = [
+            (into, f"sum by ({by}) (increase(gpuledger_job_gpu_{metric}_total[{rng(day.seconds)}]))", day.end)
+            for day in days(w)
+            for metric, into in metrics
+        ]
         for (into, _, _), answer in zip(asked, self.api.query_many([(q, t) for _, q, t in asked]), strict=True):
             for s in answer:
                 key = (s.labels.get("uuid", ""), JobKey(*(s.labels.get(k, "") for k in JOB_LABELS)))
                 seen[key] = None
                 into[key] += s.value
-        return [JobWeek(u, hosts.get(u, ""), k, sampled[u, k], busy[u, k], energy[u, k])
-                for u, k in sorted(seen, key=lambda x: x[0])]  # fmt: skip
+        return [
+            JobWeek(u, hosts.get(u, ""), k, sampled[u, k], busy[u, k], energy[u, k])
+            for u, k in sorted(seen, key=lambda x: x[0])
+        ]
 
     def _queue(self, w: Window) -> list[QueueWeek]:
         r = rng(w.seconds)
         hist = "gpuledger_queue_wait_seconds"
-        count = {s.labels.get("partition", ""): s.value
-                 for s in self.api.query(f"sum by (partition) (increase({hist}_count[{r}]))", w.end)}  # fmt: skip
-        total = {s.labels.get("partition", ""): s.value
-                 for s in self.api.query(f"sum by (partition) (increase({hist}_sum[{r}]))", w.end)}  # fmt: skip
+        count = {
+            s.labels.get("partition", ""): s.value
+            for s in self.api.query(f"sum by (partition) (increase({hist}_count[{r}]))", w.end)
+        }
+        total = {
+            s.labels.get("partition", ""): s.value
+            for s in self.api.query(f"sum by (partition) (increase({hist}_sum[{r}]))", w.end)
+        }
         q = {}
         for quantile in (0.5, 0.95):
             expr = f"histogram_quantile({quantile}, sum by (le, partition) (increase({hist}_bucket[{r}])))"
@@ -139,18 +168,27 @@ class PrometheusSource:
         buckets: dict[str, list[tuple[float, float]]] = {}
         for s in self.api.query(f"sum by (le, partition) (increase({hist}_bucket[{r}]))", w.end):
             buckets.setdefault(s.labels.get("partition", ""), []).append((float(s.labels["le"]), s.value))
-        pending = {s.labels.get("partition", ""): s.value * w.hours
-                   for s in self.api.query(f"sum by (partition) (avg_over_time(gpuledger_queue_pending_gpus[{r}]))",
-                                           w.end)}  # fmt: skip
+        pending = {
+            s.labels.get("partition", ""): s.value * w.hours
+            for s in self.api.query(f"sum by (partition) (avg_over_time(gpuledger_queue_pending_gpus[{r}]))", w.end)
+        }
         out = []
         for p in sorted(set(count) | set(pending)):
             n = round(count.get(p, 0.0))
             bound = _max_bound(buckets.get(p, []))
-            out.append(QueueWeek(
-                p, "histogram", n, total.get(p, 0.0) / count[p] if count.get(p) else None,
-                _finite(q[0.5].get(p)) if n else None, _finite(q[0.95].get(p)) if n else None,
-                bound if n else None, True, pending.get(p),
-            ))  # fmt: skip
+            out.append(
+                QueueWeek(
+                    p,
+                    "histogram",
+                    n,
+                    total.get(p, 0.0) / count[p] if count.get(p) else None,
+                    _finite(q[0.5].get(p)) if n else None,
+                    _finite(q[0.95].get(p)) if n else None,
+                    bound if n else None,
+                    True,
+                    pending.get(p),
+                )
+            )
         return out
 
     def _failures(self, w: Window) -> list[FailureWeek]:
@@ -158,13 +196,16 @@ class PrometheusSource:
         states: dict[str, dict[str, int]] = {}
         for s in self.api.query(f"sum by (partition, state) (increase(gpuledger_jobs_finished_total[{r}]))", w.end):
             states.setdefault(s.labels.get("partition", ""), {})[s.labels.get("state", "")] = round(s.value)
-        requeued = {s.labels.get("partition", ""): round(s.value)
-                    for s in self.api.query(f"sum by (partition) (increase(gpuledger_jobs_requeued_total[{r}]))",
-                                            w.end)}  # fmt: skip
+        requeued = {
+            s.labels.get("partition", ""): round(s.value)
+            for s in self.api.query(f"sum by (partition) (increase(gpuledger_jobs_requeued_total[{r}]))", w.end)
+        }
         lost_expr = f'sum by (partition) (increase(gpuledger_jobs_gpu_seconds_total{{state=~"{FAILED}"}}[{r}])) / 3600'
         lost = {s.labels.get("partition", ""): s.value for s in self.api.query(lost_expr, w.end)}
-        return [FailureWeek(p, states.get(p, {}), requeued.get(p, 0), lost.get(p, 0.0))
-                for p in sorted(set(states) | set(requeued))]  # fmt: skip
+        return [
+            FailureWeek(p, states.get(p, {}), requeued.get(p, 0), lost.get(p, 0.0))
+            for p in sorted(set(states) | set(requeued))
+        ]
 
     def _bench(self, w: Window) -> BenchWeek | None:
         r = rng(w.seconds)
