@@ -45,9 +45,17 @@ def prom(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
     server.stop()
 
 
+def week_of(source: PrometheusSource | DcgmSource, w: Window) -> WeekData:
+    """The source's week, its HTTP client closed after."""
+    try:
+        return source.week(w)
+    finally:
+        source.api.close()
+
+
 @pytest.fixture(scope="module")
 def from_prom(prom: PrometheusServer) -> WeekData:
-    return PrometheusSource(PrometheusSettings(url=prom.url)).week(iso_week(WEEK))
+    return week_of(PrometheusSource(PrometheusSettings(url=prom.url)), iso_week(WEEK))
 
 
 def _close(a: float | None, b: float, rel: float) -> bool:
@@ -150,7 +158,7 @@ def test_prometheus_and_embedded_give_the_same_report(from_prom: WeekData, embed
 def test_dcgm_exporter_series_give_what_they_allow(fleet: Fleet, tmp_path: Path) -> None:
     server = prometheus(fleet, tmp_path, naming="dcgm")
     try:
-        data = DcgmSource(PrometheusSettings(url=server.url, dcgm_scrape_interval=STEP)).week(iso_week(WEEK))
+        data = week_of(DcgmSource(PrometheusSettings(url=server.url, dcgm_scrape_interval=STEP)), iso_week(WEEK))
     finally:
         server.stop()
     assert data.source == "dcgm" and any("aliased" in a for a in data.approximations)
@@ -190,7 +198,7 @@ def test_prometheus_stopped_mid_report_fails_clearly(fleet: Fleet, tmp_path: Pat
     api = _StopsAfter(settings, server, after)
     try:
         with pytest.raises(SourceUnavailable, match="no answer after 3 attempts"):
-            PrometheusSource(settings, api).week(iso_week(WEEK))
+            week_of(PrometheusSource(settings, api), iso_week(WEEK))
     finally:
         server.stop()
     assert api.queries == after + 3
@@ -200,7 +208,7 @@ def test_prometheus_stopped_mid_report_fails_clearly(fleet: Fleet, tmp_path: Pat
 def test_a_window_beyond_the_data_is_incomplete(prom: PrometheusServer, fleet: Fleet) -> None:
     w = iso_week(WEEK)
     shifted = Window(w.start + 86400, w.end + 86400, "shifted", w.timezone)
-    r = build(PrometheusSource(PrometheusSettings(url=prom.url)).week(shifted), CostModel())
+    r = build(week_of(PrometheusSource(PrometheusSettings(url=prom.url)), shifted), CostModel())
     assert not r.complete and r.coverage == pytest.approx(6 / 7, rel=1e-6)
     assert any("coverage 85.7 %" in reason and "4 of 4 GPUs" in reason for reason in r.incomplete_reasons)
     first_day_busy = sum(t["busy"] for t in fleet.truth.gpu.values()) - sum(d.busy_gpu_hours * 3600 for d in r.daily)
@@ -216,7 +224,7 @@ def test_a_tariff_costs_the_same_from_prometheus_and_the_embedded_history(
     day = TariffWindow(start_hour=8, end_hour=20, weekdays=[0, 1, 2, 3, 4], price_per_kwh=0.60)
     cost = CostModel(energy_price_per_kwh=0.20, pue=1.25, tariff=[night, day])
     w = iso_week(WEEK)
-    hourly = PrometheusSource(PrometheusSettings(url=prom.url), hourly_energy=True).week(w)
+    hourly = week_of(PrometheusSource(PrometheusSettings(url=prom.url), hourly_energy=True), w)
     a, b = build(hourly, cost), build(embedded, cost)
     truth = sum(joules / 3.6e6 * 1.25 * cost.price_at(w.start + 60 * k + 1, w.timezone)
                 for rows in fleet.minutes.values() for k, (*_, joules) in enumerate(rows))  # fmt: skip

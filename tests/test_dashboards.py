@@ -341,9 +341,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         out.write("# EOF\n")
 
     port = free_port()
+    log = (tmp / "analytics.log").open("w")
     analytics = subprocess.Popen(
         [sys.executable, "-m", "gpuledger", "analytics", "--config", str(analytics_config(tmp, port))],
-        stdout=(tmp / "analytics.log").open("w"), stderr=subprocess.STDOUT, cwd=REPO,
+        stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
     )  # fmt: skip
     exporter = ExporterProcess("--reader", "replay", "--replay-gpus", str(GPUS_LIVE), "--replay-speed", "20",
                                "--sample-interval", "0.5", "--hostname", HOSTNAME_LIVE, "--history",
@@ -370,3 +371,4 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         exporter.stop()
         analytics.terminate()
         analytics.wait(15)
+        log.close()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,8 @@ def test_pod_waits_and_pending_gpu_hours(tmp_path: Path) -> None:
     _write(tmp_path / "ksm.om")
     server = PrometheusServer.backfilled(tmp_path, tmp_path / "ksm.om")
     try:
-        [q] = queue_wait(PromAPI(PrometheusSettings(url=server.url)), Window(START, END, "two days", "UTC"))
+        with closing(PromAPI(PrometheusSettings(url=server.url))) as api:
+            [q] = queue_wait(api, Window(START, END, "two days", "UTC"))
     finally:
         server.stop()
     waits = [120.0, 3600.0, 600.0]

@@ -56,7 +56,9 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromAPI]:
     tmp = tmp_path_factory.mktemp("counters")
     _write(tmp / "series.om")
     server = PrometheusServer.backfilled(tmp, tmp / "series.om")
-    yield PromAPI(PrometheusSettings(url=server.url))
+    api = PromAPI(PrometheusSettings(url=server.url))
+    yield api
+    api.close()
     server.stop()
 
 

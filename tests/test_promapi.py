@@ -7,6 +7,7 @@ import ssl
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import bcrypt
@@ -62,19 +63,23 @@ def _api(url: str, **kw: object) -> PromAPI:
 @pytest.mark.integration
 def test_https_with_basic_auth_and_a_ca_file(secure: tuple[str, Path]) -> None:
     url, cert = secure
-    [series] = _api(url, username="reports", password="s3cret", ca_file=cert).query("vector(7)", time.time())
+    with closing(_api(url, username="reports", password="s3cret", ca_file=cert)) as api:
+        [series] = api.query("vector(7)", time.time())
     assert series.value == 7.0
     # verify_tls = false: the self-signed certificate is accepted without its CA
-    assert _api(url, username="reports", password="s3cret", verify_tls=False).query("vector(1)", time.time())
+    with closing(_api(url, username="reports", password="s3cret", verify_tls=False)) as api:
+        assert api.query("vector(1)", time.time())
 
 
 @pytest.mark.integration
 def test_refusals_are_clear(secure: tuple[str, Path]) -> None:
     url, cert = secure
-    with pytest.raises(QueryError, match="401"):  # wrong password: refused, not retried
-        _api(url, username="reports", password="wrong", ca_file=cert).query("vector(1)", time.time())
-    with pytest.raises(SourceUnavailable, match="CERTIFICATE_VERIFY_FAILED"):  # no CA: the certificate fails
-        _api(url, username="reports", password="s3cret").query("vector(1)", time.time())
+    wrong = closing(_api(url, username="reports", password="wrong", ca_file=cert))
+    with wrong as api, pytest.raises(QueryError, match="401"):  # wrong password: refused, not retried
+        api.query("vector(1)", time.time())
+    no_ca = closing(_api(url, username="reports", password="s3cret"))
+    with no_ca as api, pytest.raises(SourceUnavailable, match="CERTIFICATE_VERIFY_FAILED"):  # the certificate fails
+        api.query("vector(1)", time.time())
 
 
 def test_bearer_token_from_settings_or_file(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ PartitionName=gpu Nodes=node1 Default=YES MaxTime=INFINITE State=UP
 """
         )
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
-        log = (workdir / "log" / "daemons.log").open("w")
+        log = self._log = (workdir / "log" / "daemons.log").open("w")
         self._start(["munged", "-F", f"--socket={self.socket}", f"--key-file={key}",
                      f"--pid-file={workdir}/munged.pid", f"--log-file={workdir}/log/munged.log",
                      f"--seed-file={workdir}/munged.seed", "--force"], log)  # fmt: skip
@@ -106,4 +106,5 @@ PartitionName=gpu Nodes=node1 Default=YES MaxTime=INFINITE State=UP
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+        self._log.close()
         time.sleep(0.1)
