@@ -17,9 +17,9 @@ from typing import Any
 
 from analytics import report as rpt
 from analytics.config import FullSettings, overrides_from
-from analytics.data import Window, iso_week, last_full_week
-from analytics.service import make_report, make_source, out_dir
+from analytics.pipeline import make_report, make_source, out_dir
 from analytics.sources import SourceUnavailable
+from analytics.week_data import Window, iso_week, last_full_week
 from daemonkit.settings import ConfigError, load_settings
 
 log = logging.getLogger("gpuledger.analytics")
@@ -166,7 +166,7 @@ def _logging(level: str) -> None:
 
 
 def wait_for_signal(seconds: float | None = None) -> None:
-    from exporter.daemon import wait_for_signal as wait
+    from exporter.app import wait_for_signal as wait
 
     wait(seconds)
 

@@ -24,10 +24,10 @@ from prometheus_client.registry import CollectorRegistry
 
 from analytics import report as rpt
 from analytics.config import FullSettings
-from analytics.data import Window, last_full_week
 from analytics.metrics import ReportCollector, RunsCollector
-from analytics.service import make_report, make_source, out_dir
+from analytics.pipeline import make_report, make_source, out_dir
 from analytics.sources import Source, SourceUnavailable
+from analytics.week_data import Window, last_full_week
 from daemonkit.crontab import cron_trigger
 from daemonkit.http import MetricsServer, WebOptions, serve
 from daemonkit.settings import split_listen

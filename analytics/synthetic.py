@@ -21,14 +21,14 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from analytics.data import Window
+from analytics.week_data import Window
 from exporter import history
+from exporter.attribution.shares import JobKey
 from exporter.history import BenchRecord, FinishedJob
-from exporter.jobs import JobKey
 from exporter.readers import DeviceInfo
 from exporter.readers.capture import bundled_path, load
 from exporter.slurm import states
-from exporter.state import JobMinuteRow, MinuteRow
+from exporter.snapshot import JobMinuteRow, MinuteRow
 
 IDLE_WATTS = 75.5  # the capture's idle power
 # how a job that ran ends (one draw each); the failures include states the report once missed

@@ -21,10 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import table, write_result
-from exporter import slowlane
 from exporter.readers.capture import bundled_path, load
 from exporter.readers.replay import ReplayReader
-from exporter.sampler import Sampler, SamplerOptions
+from exporter.sampling import slowlane
+from exporter.sampling.sampler import Sampler, SamplerOptions
 
 STEP = 0.1  # resolution of the simulated clock and of the phases tried
 

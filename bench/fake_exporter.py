@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemonkit.logs import setup_logging
-from exporter import daemon
+from exporter import app
 from exporter.config import load
 from exporter.readers.fake import H200_LATENCIES, FakeReader
 
@@ -23,7 +23,7 @@ def main() -> int:
         g.util = 0.1 * i
     settings = load(None, {"web": {"listen": f"127.0.0.1:{port}"}, "history": {"enabled": False}})
     setup_logging("warning")
-    return daemon.run(settings, reader=reader)
+    return app.run(settings, reader=reader)
 
 
 if __name__ == "__main__":

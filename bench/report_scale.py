@@ -209,9 +209,9 @@ def report_once(url: str, out: Path) -> tuple[float, float, int]:
 def queries(url: str) -> int:
     """PromQL queries one report sends: the week, and the previous week for the comparison."""
     from analytics.config import FullSettings
-    from analytics.data import iso_week
-    from analytics.service import make_report
+    from analytics.pipeline import make_report
     from analytics.sources.prometheus import PrometheusSource
+    from analytics.week_data import iso_week
 
     s = FullSettings(analytics={"source": "prometheus"}, prometheus={"url": url})
     src = PrometheusSource(s.prometheus)

@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import percentile, table, write_result
 from daemonkit.http import MetricsServer, WebOptions, serve
-from exporter.collector import Exposition
 from exporter.readers.fake import H200_LATENCIES, FakeReader
-from exporter.sampler import Sampler, SamplerOptions
-from exporter.web import ExporterSite
+from exporter.sampling.sampler import Sampler, SamplerOptions
+from exporter.scrape.cache import RenderCache
+from exporter.scrape.site import ExporterSite
 
 GPUS = 8
 HEADERS = {
@@ -131,7 +131,7 @@ def main() -> None:
     reader = FakeReader(GPUS, latencies=H200_LATENCIES)
     for i, g in enumerate(reader.gpus):
         g.util = 0.1 * i
-    expo = Exposition(lambda: sampler.snapshot)
+    expo = RenderCache(lambda: sampler.snapshot)
     sampler = Sampler(reader, SamplerOptions(interval=1.0, hostname="bench"), on_snapshot=expo.prepare)
     sampler.start()
     srv = MetricsServer(WebOptions(host="127.0.0.1", port=0), ExporterSite(lambda: sampler.snapshot, expo))

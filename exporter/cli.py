@@ -57,12 +57,12 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exporter import daemon
+    from exporter import app
 
     try:
         settings = load(args.config, overrides(args))
         setup_logging(settings.log_level)
-        return daemon.run(settings)
+        return app.run(settings)
     except ConfigError as e:
         print(f"gpuledger exporter: {e}", file=sys.stderr)
         return 2

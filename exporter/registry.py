@@ -3,8 +3,8 @@
 A feature (GPU sampling, jobs, the Slurm queue, benchmarks, history, the process itself) owns a
 ``Feature``: its name, the type of the part it adds to each snapshot, and its rows of the metric
 table. Each row says how to take its value from the snapshot, through a typed accessor on the
-feature's part. ``exporter.metrics`` assembles the one table from the registered features; the
-composition root (``exporter.daemon``) hands the sampler the parts of the features it enabled.
+feature's part. ``exporter.scrape.table`` assembles the one table from the registered features; the
+composition root (``exporter.app``) hands the sampler the parts of the features it enabled.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from exporter.state import GpuSnapshot, Histogram, Snapshot
+from exporter.snapshot import GpuSnapshot, Histogram, Snapshot
 
 Kind = Literal["counter", "gauge", "info", "histogram"]
 Value = float | None | Mapping[Any, float | Histogram]

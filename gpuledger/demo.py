@@ -20,7 +20,7 @@ from pathlib import Path
 
 from analytics import synthetic
 from analytics.cli import STARTUP_ERRORS, full_settings, start_error, wait_for_signal
-from analytics.data import Window, last_full_week
+from analytics.week_data import Window, last_full_week
 
 WEEK = 7 * 86400
 
@@ -44,7 +44,7 @@ def _step(msg: str, t0: float) -> None:
 def run(args: argparse.Namespace) -> int:
     from analytics.daemon import Analytics
     from daemonkit.logs import setup_logging
-    from exporter.daemon import Exporter
+    from exporter.app import Exporter
 
     if not (1 <= args.hosts <= 64 and 1 <= args.gpus_per_host <= 16):
         print("gpuledger demo: --hosts must be 1..64 and --gpus-per-host 1..16", file=sys.stderr)

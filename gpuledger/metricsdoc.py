@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 
 from analytics.metrics import families
-from exporter.metrics import METRICS
+from exporter.scrape.table import METRICS
 
 HEADER = """# Metrics
 
-Generated from the exporter's one metric table (`exporter/metrics.py`, assembled from each
+Generated from the exporter's one metric table (`exporter/scrape/table.py`, assembled from each
 feature's registered rows: the `source` column says where a value comes from) and
 `analytics/metrics.py` by `python -m gpuledger.metricsdoc > docs/metrics.md`;
 a test fails when this file is stale. Per-GPU metrics carry `gpu` (index) and `uuid`;

@@ -41,7 +41,7 @@ def prepare(s: FullSettings, reader: Reader) -> FullSettings:
 def run(args: argparse.Namespace) -> int:
     from analytics.daemon import Analytics
     from daemonkit.logs import setup_logging
-    from exporter.daemon import Exporter, build_reader
+    from exporter.app import Exporter, build_reader
 
     analytics = {"listen": args.analytics_listen, "reports_dir": args.reports_dir, "timezone": args.timezone}
     extra = {**exporter_cli.overrides(args), "analytics": {k: v for k, v in analytics.items() if v is not None}}

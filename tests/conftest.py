@@ -17,11 +17,11 @@ from tests.support.processes import ExporterProcess
 @pytest.fixture
 def frozen_monotonic(monkeypatch: pytest.MonkeyPatch) -> FakeMonotonic:
     """The sampler's and the web site's monotonic clock, moved by hand."""
-    import exporter.sampler
-    import exporter.web
+    import exporter.sampling.sampler
+    import exporter.scrape.site
 
     fake = FakeMonotonic()
-    for module in (exporter.sampler, exporter.web):
+    for module in (exporter.sampling.sampler, exporter.scrape.site):
         monkeypatch.setattr(module, "time", fake)
     return fake
 

@@ -12,7 +12,6 @@ import pytest
 
 from analytics.config import PrometheusSettings
 from analytics.cost import CostModel, TariffWindow
-from analytics.data import WeekData, Window, iso_week
 from analytics.report.build import build
 from analytics.sources import SourceUnavailable
 from analytics.sources.dcgm import DcgmSource
@@ -20,6 +19,7 @@ from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.promapi import PromAPI
 from analytics.sources.prometheus import PrometheusSource
 from analytics.synthetic import Fleet
+from analytics.week_data import WeekData, Window, iso_week
 from exporter.slurm.watcher import WAIT_BUCKETS
 from tests.support.fleet import WEEK, history, prometheus, small_fleet, truth_quantile
 from tests.support.prometheus import PrometheusServer

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from exporter.app import Exporter
 from exporter.benchmarks.plan import Inject, Plan
 from exporter.benchmarks.runner import Outcome
 from exporter.config import load
-from exporter.daemon import Exporter
 from exporter.readers import Process
 from exporter.readers.fake import FakeReader
 from tests.support.http import http_get
@@ -167,7 +167,7 @@ def test_the_plan_is_nccl_on_nvml_gpus_and_gloo_elsewhere(start: Start) -> None:
 @pytest.mark.integration
 def test_the_daemon_side_never_imports_torch() -> None:
     code = (
-        "import sys, exporter.daemon, exporter.benchmarks.scheduler, exporter.benchmarks.cli, "
+        "import sys, exporter.app, exporter.benchmarks.scheduler, exporter.benchmarks.cli, "
         "exporter.benchmarks.runner, exporter.benchmarks.state, gpuledger.cli; print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)

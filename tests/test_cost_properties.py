@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analytics.cost import CostModel, PriceRule, TariffWindow
-from analytics.data import GpuWeek, WeekData, Window, iso_week
 from analytics.report.build import build
 from analytics.report.model import CostRow
+from analytics.week_data import GpuWeek, WeekData, Window, iso_week
 
 WEEK = iso_week("2026-W10", "Europe/Berlin")
 HOURS = 168

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from analytics import synthetic, synthetic_om
-from analytics.data import last_full_week
 from analytics.metrics import families
-from exporter.metrics import METRICS
+from analytics.week_data import last_full_week
+from exporter.scrape.table import METRICS
 from tests.support.clock import clock_now
 from tests.support.dashboard_data import backfill_day, history_fleet, missing_states, write_extras
 from tests.support.grafana_vars import RANGE_S, builtins, regex_value, seconds, substitute

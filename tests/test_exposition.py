@@ -13,7 +13,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.registry import CollectorRegistry
 
-from exporter import exposition
+from exporter.attribution.shares import JobCounters, JobKey
 from exporter.benchmarks.results import (
     AllreduceResult,
     MatmulRow,
@@ -23,16 +23,17 @@ from exporter.benchmarks.results import (
     train_result,
 )
 from exporter.benchmarks.state import BenchSnapshot
-from exporter.collector import Exposition, SnapshotCollector
 from exporter.history.metrics import HistoryStats
-from exporter.jobmetrics import KubeletStatus
-from exporter.jobs import JobCounters, JobKey
-from exporter.metrics import METRICS
-from exporter.process import ProcessStats
 from exporter.readers import EccErrors, GpmActivity, GpuLost, Process, RemappedRows
 from exporter.readers.fake import FakeReader
+from exporter.sampling.job_metrics import KubeletStatus
+from exporter.scrape import render as rendering
+from exporter.scrape.cache import RenderCache
+from exporter.scrape.collector import SnapshotCollector
+from exporter.scrape.process_metrics import ProcessStats
+from exporter.scrape.table import METRICS
 from exporter.slurm.watcher import WAIT_BUCKETS, QueueSnapshot
-from exporter.state import GpuSnapshot, Histogram, Snapshot, by_type
+from exporter.snapshot import GpuSnapshot, Histogram, Snapshot, by_type
 from tests.support.metrics import parse_metrics
 from tests.support.paths import REPO
 from tests.support.processes import ExporterProcess
@@ -124,7 +125,7 @@ def bench_snapshot() -> BenchSnapshot:
 
 
 def render(snapshot: Snapshot, accept: str | None = None) -> str:
-    body, _ = Exposition(lambda: snapshot).render(accept, gzip_ok=False)
+    body, _ = RenderCache(lambda: snapshot).render(accept, gzip_ok=False)
     return body.decode()
 
 
@@ -158,8 +159,8 @@ def test_renderer_is_byte_identical_to_prometheus_client() -> None:
     snap = fixed_snapshot()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(lambda: snap))
-    assert exposition.render(snap) == generate_latest(registry)
-    assert exposition.render(snap, openmetrics=True) == generate_openmetrics(registry)  # type: ignore[no-untyped-call]
+    assert rendering.render(snap) == generate_latest(registry)
+    assert rendering.render(snap, openmetrics=True) == generate_openmetrics(registry)  # type: ignore[no-untyped-call]
 
 
 def test_openmetrics_negotiation() -> None:

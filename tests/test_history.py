@@ -16,7 +16,7 @@ import pytest
 
 from exporter import history
 from exporter.readers import DeviceInfo
-from exporter.state import ROLLUP_FIELDS, MinuteRow
+from exporter.snapshot import ROLLUP_FIELDS, MinuteRow
 from tests.support.paths import REPO
 
 DEV = DeviceInfo(index=0, uuid="GPU-aaaa", model="NVIDIA H200", pci_bus_id="00000000:01:00.0")
@@ -127,7 +127,7 @@ CHILD = textwrap.dedent(
     import sys
     from exporter import history
     from exporter.readers import DeviceInfo
-    from exporter.state import ROLLUP_FIELDS, MinuteRow
+    from exporter.snapshot import ROLLUP_FIELDS, MinuteRow
     db = history.connect(sys.argv[1])
     devs = [DeviceInfo(i, f"GPU-{i}", "NVIDIA H200", f"0000:{i:02x}:00.0") for i in range(8)]
     minute = int(sys.argv[2])

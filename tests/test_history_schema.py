@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from exporter import history
+from exporter.attribution.shares import JobKey
 from exporter.history.schema import MIGRATIONS
-from exporter.jobs import JobKey
-from exporter.state import ROLLUP_FIELDS
+from exporter.snapshot import ROLLUP_FIELDS
 
 TESTS = Path(__file__).resolve().parent
 DATA = TESTS / "data"

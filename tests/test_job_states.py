@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 from analytics.cost import CostModel
-from analytics.data import FailureWeek, GpuWeek, WeekData, iso_week
 from analytics.report.build import build
 from analytics.sources import prometheus
+from analytics.week_data import FailureWeek, GpuWeek, WeekData, iso_week
 from exporter.slurm import states
 from grafana import queue
 

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter import exposition, history
+from exporter import history
 from exporter.attribution.attributor import Attribution
 from exporter.attribution.kubelet import PodDevice
 from exporter.attribution.procfs import Owner
-from exporter.jobs import GpuJobs, JobKey, shares
+from exporter.attribution.shares import GpuJobs, JobKey, shares
 from exporter.readers import Process, ProcessUtil
 from exporter.readers.fake import FakeReader
-from exporter.state import JobMinuteRow, MinuteRow
+from exporter.scrape import render
+from exporter.snapshot import JobMinuteRow, MinuteRow
 from tests.support.clock import FakeMonotonic
 from tests.support.metrics import parse_metrics
 from tests.support.procfs import K8S_SYSTEMD_V2, PLAIN_USER, SLURM_V1, make_proc
@@ -107,7 +108,7 @@ def test_the_sampler_keeps_per_job_series(
     r.gpus[0].process_util = []
     step(s, r, 1.0, ticks=2)
     assert not s.snapshot.gpus[0].jobs[evil].holding and s.snapshot.gpus[0].jobs[alice].holding
-    m = parse_metrics(exposition.render(s.snapshot).decode())
+    m = parse_metrics(render.render(s.snapshot).decode())
     info = {dict(k)["user"] for k in m["gpuledger_gpu_job_info"]}
     assert info == {"alice", "root"}  # info: only jobs holding a GPU now
     assert any(dict(k)["user"] == 'ev"il\\user ü <script>' for k in m["gpuledger_job_gpu_busy_seconds_total"])
@@ -153,7 +154,7 @@ def test_hostile_names_are_escaped_and_promtool_agrees(node: tuple[FakeReader, A
     attribution._pods = {r.gpus[1].uuid: PodDevice('p"od\\1\nx', "ns <script>", "c ü")}
     s.tick()
     step(s, r, 1.0, ticks=3)
-    text = exposition.render(s.snapshot).decode()
+    text = render.render(s.snapshot).decode()
     m = parse_metrics(text)
     labels = [dict(k) for k in m["gpuledger_gpu_job_info"]]
     assert {"pod": 'p"od\\1\nx', "namespace": "ns <script>", "container": "c ü"}.items() <= next(

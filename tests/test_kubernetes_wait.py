@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from analytics.config import PrometheusSettings
-from analytics.data import Window
 from analytics.sources.kubernetes import queue_wait
 from analytics.sources.promapi import PromAPI
+from analytics.week_data import Window
 from tests.support.prometheus import PrometheusServer
 
 # starts real components (see [tool.pytest.ini_options] markers): not in scripts/test --fast

@@ -8,13 +8,13 @@ import dataclasses
 import pytest
 from prometheus_client.process_collector import ProcessCollector
 
-from exporter import exposition, process
 from exporter.history.metrics import HistoryStats
-from exporter.metrics import FEATURES, METRICS
 from exporter.readers.fake import FakeReader
 from exporter.registry import Feature, assemble, part_row, samples
-from exporter.sampler import Sampler
-from exporter.state import EMPTY, by_type
+from exporter.sampling.sampler import Sampler
+from exporter.scrape import process_metrics, render
+from exporter.scrape.table import FEATURES, METRICS
+from exporter.snapshot import EMPTY, by_type
 
 
 def test_the_table_is_the_features_rows_in_registration_order() -> None:
@@ -34,17 +34,17 @@ def test_a_name_registered_twice_is_refused() -> None:
 def test_process_rows_are_process_collector_families() -> None:
     families = {f.name: f for f in ProcessCollector(registry=None).collect()}
     assert families, "this test needs /proc"
-    rows = {m.family: m for m in process.FEATURE.metrics}
+    rows = {m.family: m for m in process_metrics.FEATURE.metrics}
     assert set(rows) == set(families)
     for name, fam in families.items():
         assert (rows[name].kind, rows[name].help, rows[name].unit) == (fam.type, fam.documentation, fam.unit)
 
 
 def test_a_round_serves_the_process_figures_and_no_series_of_a_feature_that_is_off() -> None:
-    s = Sampler(FakeReader(1), parts=lambda: [p for p in (process.read(),) if p is not None])
+    s = Sampler(FakeReader(1), parts=lambda: [p for p in (process_metrics.read(),) if p is not None])
     s.tick()
     snap = s.snapshot
-    text = exposition.render(snap).decode()
+    text = render.render(snap).decode()
     assert "\nprocess_open_fds " in text and "\nprocess_max_fds " in text
     cpu = dict(samples(next(m for m in METRICS if m.name == "process_cpu_seconds_total"), snap))
     assert isinstance(cpu[()], float) and cpu[()] > 0
@@ -56,6 +56,6 @@ def test_a_snapshot_part_is_found_by_its_type() -> None:
     stats = HistoryStats(rows_written=3)
     snap = dataclasses.replace(EMPTY, parts=by_type([stats]))
     assert snap.part(HistoryStats) is stats
-    assert snap.part(process.ProcessStats) is None
+    assert snap.part(process_metrics.ProcessStats) is None
     rows = dict(samples(next(m for m in METRICS if m.name == "gpuledger_history_rows_written_total"), snap))
     assert rows == {(): 3.0}

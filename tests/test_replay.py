@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from exporter import slowlane
 from exporter.readers.capture import CaptureError, load
 from exporter.readers.replay import ReplayReader
-from exporter.sampler import Sampler, SamplerOptions
-from exporter.state import GpuCounters
+from exporter.sampling import slowlane
+from exporter.sampling.sampler import Sampler, SamplerOptions
+from exporter.snapshot import GpuCounters
 from tests.support.paths import CAPTURE
 
 LINES = [json.loads(x) for x in CAPTURE.read_text().splitlines()]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from analytics.cost import CostModel, PriceRule, TariffWindow
-from analytics.data import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, iso_week
 from analytics.report.build import build
-from exporter.jobs import JobKey
+from analytics.week_data import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, iso_week
+from exporter.attribution.shares import JobKey
 
 WEEK = iso_week("2026-W48")
 HOUR = 3600.0

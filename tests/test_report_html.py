@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from analytics.report.html import landing_page, to_html
-from exporter.collector import Exposition
 from exporter.readers.fake import FakeGpu, FakeReader
-from exporter.web import ExporterSite
+from exporter.scrape.cache import RenderCache
+from exporter.scrape.site import ExporterSite
 from tests.support.paths import REPO
 from tests.support.reports import HOSTILE_NOTE, HOSTILE_USER, sample_report
 from tests.support.sampling import make_sampler, step
@@ -193,7 +193,7 @@ def exporter_landing() -> str:
     s = make_sampler(r, hostname=HOSTILE_HOSTNAME)
     s.tick()
     step(s, r, 1.0, ticks=2)
-    return ExporterSite(lambda: s.snapshot, Exposition(lambda: s.snapshot)).landing()
+    return ExporterSite(lambda: s.snapshot, RenderCache(lambda: s.snapshot)).landing()
 
 
 def analytics_landing() -> str:

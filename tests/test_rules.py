@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from analytics.metrics import families
-from exporter.metrics import METRICS
+from exporter.scrape.table import METRICS
 from tests.support.paths import REPO
 from tests.support.tools import require_binary
 

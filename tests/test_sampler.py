@@ -13,7 +13,7 @@ from exporter.readers import (
     ReaderUnavailable,
 )
 from exporter.readers.fake import FakeReader
-from exporter.state import MinuteRow
+from exporter.snapshot import MinuteRow
 from tests.support.clock import FakeMonotonic
 from tests.support.sampling import make_sampler, step
 from tests.support.wait import wait_until

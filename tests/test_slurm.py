@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from exporter import history
+from exporter.app import Exporter
 from exporter.config import SlurmSettings, load
-from exporter.daemon import Exporter
 from exporter.readers.fake import FakeReader
 from exporter.slurm.watcher import SlurmWatcher
 from tests.support.http import http_get

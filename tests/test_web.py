@@ -12,10 +12,10 @@ import bcrypt
 import pytest
 
 from daemonkit.http import MetricsServer, WebOptions, serve
-from exporter.collector import Exposition
 from exporter.readers.fake import FakeReader
-from exporter.sampler import Sampler
-from exporter.web import ExporterSite
+from exporter.sampling.sampler import Sampler
+from exporter.scrape.cache import RenderCache
+from exporter.scrape.site import ExporterSite
 from tests.support.clock import FakeMonotonic
 from tests.support.http import http_get, make_cert
 from tests.support.metrics import parse_metrics
@@ -25,7 +25,7 @@ from tests.support.wait import wait_until
 
 def start_server(sampler: Sampler, stale_after: float = 10.0, **opts: object) -> MetricsServer:
     web = WebOptions(host="127.0.0.1", port=0, **opts)  # type: ignore[arg-type]
-    site = ExporterSite(lambda: sampler.snapshot, Exposition(lambda: sampler.snapshot), stale_after)
+    site = ExporterSite(lambda: sampler.snapshot, RenderCache(lambda: sampler.snapshot), stale_after)
     srv = MetricsServer(web, site)
     serve(srv)
     return srv

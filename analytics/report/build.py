@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from analytics.cost import JOULES_PER_KWH, CostModel, PriceRule, breakeven_utilisation, gpu_cost
-from analytics.data import GpuWeek, WeekData, days
 from analytics.report import judge
 from analytics.report.model import CostRow, DayRow, FailureRow, PriceRow, QueueRow, RentRow, Report
+from analytics.week_data import GpuWeek, WeekData, days
 from exporter.slurm import states
 
 _FAILED_NOT_TIMEOUT = frozenset(states.FAILED) - {states.TIMEOUT}  # timeout has its own column

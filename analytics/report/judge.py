@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from analytics.data import BenchWeek
 from analytics.report.model import BenchRow, CostRow, Delta, QueueRow, RentRow, VerdictRow
+from analytics.week_data import BenchWeek
 
 DROP = 0.10  # a benchmark figure more than 10 % under last week's is flagged
 

@@ -20,8 +20,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from analytics.data import Day, Window, days
 from analytics.sources.promapi import PromAPI, Series, rng
+from analytics.week_data import Day, Window, days
 
 MANY = 64  # more GPUs than this to redo in a day: select them all rather than by a long regex
 

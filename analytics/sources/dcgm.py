@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from analytics.config import PrometheusSettings
-from analytics.data import GpuDay, GpuWeek, WeekData, Window, days
 from analytics.sources import kubernetes
 from analytics.sources.base import SourceUnavailable
 from analytics.sources.promapi import PromAPI, QueryError, rng
+from analytics.week_data import GpuDay, GpuWeek, WeekData, Window, days
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 

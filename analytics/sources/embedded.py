@@ -14,8 +14,8 @@ import zoneinfo
 from collections import defaultdict
 from pathlib import Path
 
-from analytics.data import BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window
 from analytics.sources.base import SourceUnavailable, percentile
+from analytics.week_data import BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window
 from exporter import history
 from exporter.benchmarks.results import allreduce_from, train_from
 from exporter.slurm.states import FAILED

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from analytics.data import QueueWeek, Window, days
 from analytics.sources.base import percentile
 from analytics.sources.promapi import PromAPI, rng
+from analytics.week_data import QueueWeek, Window, days
 
 
 def queue_wait(api: PromAPI, w: Window) -> list[QueueWeek]:

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from analytics.config import PrometheusSettings
-from analytics.data import BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window, days
 from analytics.sources import counters, kubernetes
 from analytics.sources.base import SourceUnavailable
 from analytics.sources.promapi import PromAPI, QueryError, rng
-from exporter.jobs import JobKey
+from analytics.week_data import BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window, days
+from exporter.attribution.shares import JobKey
 from exporter.slurm import states
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from exporter.benchmarks.state import BenchState
 
 if TYPE_CHECKING:
     from exporter.config import BenchSettings
-    from exporter.sampler import Sampler
+    from exporter.sampling.sampler import Sampler
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from exporter.attribution.shares import JobKey
 from exporter.benchmarks.records import BenchRecord
-from exporter.jobs import JobKey
 from exporter.slurm.records import FinishedJob
-from exporter.state import ROLLUP_FIELDS
+from exporter.snapshot import ROLLUP_FIELDS
 
 
 @dataclass(frozen=True, slots=True)

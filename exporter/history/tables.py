@@ -10,7 +10,7 @@ from typing import Any
 
 from exporter.benchmarks.records import BenchRecord
 from exporter.slurm.records import FinishedJob
-from exporter.state import ROLLUP_FIELDS, JobMinuteRow, MinuteRow
+from exporter.snapshot import ROLLUP_FIELDS, JobMinuteRow, MinuteRow
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from exporter.history.metrics import HistoryStats
 from exporter.history.reads import bench_records
 from exporter.history.schema import connect
 from exporter.history.tables import INSERTS, delete_before, transaction
-from exporter.state import MinuteRow
+from exporter.snapshot import MinuteRow
 
 log = logging.getLogger(__name__)
 

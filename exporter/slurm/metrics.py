@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 from exporter.registry import Feature, Kind, MetricDef, Value, part_row
 from exporter.slurm.watcher import QueueSnapshot
-from exporter.state import Histogram
+from exporter.snapshot import Histogram
 
 
 def _row(

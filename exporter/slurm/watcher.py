@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from exporter.slurm import parse, states
 from exporter.slurm.commands import SourceError, run
 from exporter.slurm.records import FinishedJob
-from exporter.state import Histogram
+from exporter.snapshot import Histogram
 
 if TYPE_CHECKING:
     from exporter.config import SlurmSettings

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from typing import IO
 
 from analytics import synthetic
-from analytics.data import Window
 from analytics.synthetic import Fleet
+from analytics.week_data import Window
 from exporter.slurm.watcher import WAIT_BUCKETS
 from tests.support.clock import ANCHOR
 from tests.support.grafana_vars import RANGE_S

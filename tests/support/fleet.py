@@ -7,8 +7,8 @@ import statistics
 from pathlib import Path
 
 from analytics import synthetic, synthetic_om
-from analytics.data import iso_week
 from analytics.synthetic import Fleet
+from analytics.week_data import iso_week
 from tests.support.prometheus import PrometheusServer
 
 WEEK = "2026-W47"

@@ -3,7 +3,6 @@ and, with ``hostile=True``, keys built to break tables, CSV and HTML."""
 
 from __future__ import annotations
 
-from analytics.data import iso_week
 from analytics.report.model import (
     BenchRow,
     CostRow,
@@ -16,6 +15,7 @@ from analytics.report.model import (
     Report,
     VerdictRow,
 )
+from analytics.week_data import iso_week
 
 HOSTILE_USER = '<script>alert("x")</script>'
 HOSTILE_HOST = 'node"7\\|a,b'

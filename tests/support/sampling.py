@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from exporter import slowlane
 from exporter.readers.fake import FakeReader
-from exporter.sampler import Sampler, SamplerOptions
+from exporter.sampling import slowlane
+from exporter.sampling.sampler import Sampler, SamplerOptions
 
 
 def make_sampler(reader: FakeReader, **kw: object) -> Sampler:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
-from exporter.jobs import JobCounters, JobKey
+from exporter.attribution.shares import JobCounters, JobKey
 from exporter.readers import DeviceInfo, EccErrors, PcieThroughput, RemappedRows
 
 P = TypeVar("P")

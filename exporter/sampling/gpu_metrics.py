@@ -6,7 +6,7 @@ from __future__ import annotations
 from exporter import __version__
 from exporter.readers import CLOCK_EVENT_REASONS
 from exporter.registry import Feature, MetricDef, Value, gpu_row, row
-from exporter.state import GpuSnapshot, Snapshot
+from exporter.snapshot import GpuSnapshot, Snapshot
 
 
 def _flag(v: object) -> float | None:

@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from exporter import fastlane, slowlane
 from exporter.attribution.attributor import Attribution
 from exporter.attribution.procfs import Owner
-from exporter.jobs import shares
+from exporter.attribution.shares import shares
 from exporter.readers import GpuLost, Reader, ReaderError, ReaderUnavailable, XidEvent
-from exporter.state import EMPTY, JobMinuteRow, MinuteRow, Snapshot, by_type, job_minute_rows, minute_row
-from exporter.tracked import ErrorBook, TrackedGpu, count_xids, idle_status, watch_xids
+from exporter.sampling import fastlane, slowlane
+from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, count_xids, idle_status, watch_xids
+from exporter.snapshot import EMPTY, JobMinuteRow, MinuteRow, Snapshot, by_type, job_minute_rows, minute_row
 
 log = logging.getLogger(__name__)
 

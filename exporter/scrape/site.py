@@ -10,8 +10,8 @@ from pathlib import Path
 
 from daemonkit.pages import render
 from exporter import __version__
-from exporter.collector import Exposition
-from exporter.state import GpuSnapshot, Snapshot
+from exporter.scrape.cache import RenderCache
+from exporter.snapshot import GpuSnapshot, Snapshot
 
 TEMPLATES = Path(__file__).parent / "templates"
 DASH = "—"  # not read: never shown as 0
@@ -21,7 +21,7 @@ GIB = 2**30
 class ExporterSite:
     """The exporter's pages, all read from the latest snapshot."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot], exposition: Exposition, stale_after: float = 10.0) -> None:
+    def __init__(self, snapshot: Callable[[], Snapshot], exposition: RenderCache, stale_after: float = 10.0) -> None:
         self.snapshot = snapshot
         self.exposition = exposition
         self.stale_after = stale_after

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.readers import CLOCK_EVENT_REASONS, GpmActivity, Process, ProcessUtil, Reader, UtilSample
-from exporter.state import GpuGauges
-from exporter.tracked import ErrorBook, TrackedGpu, call
+from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, call
+from exporter.snapshot import GpuGauges
 
 
 @dataclass(frozen=True, slots=True)

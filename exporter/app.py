@@ -13,22 +13,24 @@ from types import FrameType
 
 from daemonkit.http import MetricsServer, WebOptions, serve
 from daemonkit.settings import ConfigError, split_listen
-from exporter import __version__, process, slowlane
+from exporter import __version__
 from exporter.attribution.attributor import Attribution, kubelet_socket
 from exporter.attribution.kubelet import DEFAULT_SOCKET
 from exporter.benchmarks.scheduler import BenchScheduler
 from exporter.benchmarks.state import BenchState
-from exporter.collector import Exposition
 from exporter.config import Settings, default_history_path
 from exporter.history import HistoryError, HistoryWriter
-from exporter.jobmetrics import KubeletStatus
-from exporter.metrics import FEATURES
 from exporter.readers import Reader, ReaderError, ReaderUnavailable
 from exporter.readers.nvml import NvmlReader
 from exporter.readers.replay import ReplayReader
-from exporter.sampler import Sampler, SamplerOptions
+from exporter.sampling import slowlane
+from exporter.sampling.job_metrics import KubeletStatus
+from exporter.sampling.sampler import Sampler, SamplerOptions
+from exporter.scrape import process_metrics
+from exporter.scrape.cache import RenderCache
+from exporter.scrape.site import ExporterSite
+from exporter.scrape.table import FEATURES
 from exporter.slurm.watcher import SlurmWatcher
-from exporter.web import ExporterSite
 
 log = logging.getLogger("gpuledger.exporter")
 
@@ -63,7 +65,7 @@ def _replay(s: Settings, path: str | None) -> ReplayReader:
 
 class Exporter:
     """The composition root: builds every part from typed settings, hands the sampler the
-    snapshot parts of the enabled features (``exporter.metrics.FEATURES``), starts and stops them."""
+    snapshot parts of the enabled features (``exporter.scrape.table.FEATURES``), starts and stops them."""
 
     def __init__(self, settings: Settings, reader: Reader | None = None) -> None:
         self.settings = s = settings
@@ -86,7 +88,7 @@ class Exporter:
             else None
         )
         # each enabled feature's snapshot part, by feature name (a provider's None: absent this round)
-        self.providers: dict[str, Callable[[], object | None]] = {"process": process.read}
+        self.providers: dict[str, Callable[[], object | None]] = {"process": process_metrics.read}
         if self.history is not None:
             self.providers["history"] = self.history.stats
         if attribution is not None:
@@ -119,7 +121,7 @@ class Exporter:
             on_snapshot=lambda snap: self.exposition.prepare(snap),
             attribution=attribution,
         )
-        self.exposition = Exposition(lambda: self.sampler.snapshot)
+        self.exposition = RenderCache(lambda: self.sampler.snapshot)
         self.bench = BenchScheduler(s.bench, self.sampler, self.bench_state, keep) if self.bench_state else None
         host, port = split_listen(s.web.listen)
         web = WebOptions(

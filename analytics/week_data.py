@@ -8,7 +8,7 @@ import datetime as dt
 import zoneinfo
 from dataclasses import dataclass, field
 
-from exporter.jobs import JobKey
+from exporter.attribution.shares import JobKey
 
 
 @dataclass(frozen=True)

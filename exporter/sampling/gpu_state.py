@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from exporter.jobs import GpuJobs, JobCounters, JobKey
+from exporter.attribution.shares import GpuJobs, JobCounters, JobKey
 from exporter.readers import (
     DeviceInfo,
     GpuLost,
@@ -19,7 +19,7 @@ from exporter.readers import (
     ReaderUnavailable,
     XidEvent,
 )
-from exporter.state import GpuCounters, GpuGauges, GpuHealth, GpuSnapshot
+from exporter.snapshot import GpuCounters, GpuGauges, GpuHealth, GpuSnapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

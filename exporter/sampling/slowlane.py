@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from exporter.readers import Reader
-from exporter.state import GpuHealth
-from exporter.tracked import ErrorBook, TrackedGpu, call
+from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, call
+from exporter.snapshot import GpuHealth
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -6,13 +6,13 @@ import logging
 from pathlib import Path
 
 from analytics.config import FullSettings
-from analytics.data import Window
 from analytics.report.build import build
 from analytics.report.model import Report
 from analytics.sources import Source, SourceUnavailable
 from analytics.sources.dcgm import DcgmSource
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.prometheus import PrometheusSource
+from analytics.week_data import Window
 from exporter.config import default_history_path
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.jobs import JobCounters
+from exporter.attribution.shares import JobCounters
 from exporter.registry import Feature, Value, gpu_row, part_row
-from exporter.state import GpuSnapshot
+from exporter.snapshot import GpuSnapshot
 
 
 @dataclass(frozen=True, slots=True)

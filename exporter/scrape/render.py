@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from prometheus_client.utils import floatToGoString
 
-from exporter.metrics import METRICS
 from exporter.registry import MetricDef, samples
-from exporter.state import Histogram, Snapshot
+from exporter.scrape.table import METRICS
+from exporter.snapshot import Histogram, Snapshot
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"

@@ -5,10 +5,10 @@ where the value comes from (for the docs) and a typed accessor on the feature's 
 The collector, the renderer and ``docs/metrics.md`` are all generated from ``METRICS``; to find
 where a metric comes from, start at the feature that registers it:
 
-- ``exporter`` and ``gpu``: ``exporter.gpumetrics`` (the sampler and every per-GPU reading)
+- ``exporter`` and ``gpu``: ``exporter.sampling.gpu_metrics`` (the sampler and every per-GPU reading)
 - ``history``: ``exporter.history.metrics``
-- ``process``: ``exporter.process`` (prometheus_client's ProcessCollector)
-- ``jobs``: ``exporter.jobmetrics``
+- ``process``: ``exporter.scrape.process_metrics`` (prometheus_client's ProcessCollector)
+- ``jobs``: ``exporter.sampling.job_metrics``
 - ``slurm``: ``exporter.slurm.metrics``
 - ``bench``: ``exporter.benchmarks.metrics``
 """
@@ -17,18 +17,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter import gpumetrics, jobmetrics, process
 from exporter.benchmarks import metrics as bench
 from exporter.history import metrics as history
 from exporter.registry import Feature, MetricDef, assemble
+from exporter.sampling import gpu_metrics, job_metrics
+from exporter.scrape import process_metrics
 from exporter.slurm import metrics as slurm
 
 FEATURES: tuple[Feature[Any], ...] = (
-    gpumetrics.SAMPLER,
+    gpu_metrics.SAMPLER,
     history.FEATURE,
-    process.FEATURE,
-    gpumetrics.GPU,
-    jobmetrics.FEATURE,
+    process_metrics.FEATURE,
+    gpu_metrics.GPU,
+    job_metrics.FEATURE,
     slurm.FEATURE,
     bench.FEATURE,
 )
