@@ -165,13 +165,18 @@ class MetricsServer(ThreadingHTTPServer):
         # The TLS handshake runs here, in the request's own thread, so a slow client
         # cannot hold up accept().
         request.settimeout(self.request_timeout)
-        if self._tls is not None:
-            try:
-                request = self._tls.wrap_socket(request, server_side=True)
-            except (ssl.SSLError, OSError) as e:
-                log.debug("TLS handshake with %s failed: %s", client_address, e)
-                return
-        super().finish_request(request, client_address)
+        if self._tls is None:
+            super().finish_request(request, client_address)
+            return
+        try:
+            tls = self._tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            log.debug("TLS handshake with %s failed: %s", client_address, e)
+            return
+        # The wrapper took over the connection: the server closes only the plain socket it
+        # accepted, so the wrapper is closed here, or its descriptor stays open until collected.
+        with tls:
+            super().finish_request(tls, client_address)
 
     @property
     def url(self) -> str:

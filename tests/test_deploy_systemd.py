@@ -110,7 +110,7 @@ UNITS: dict[str, tuple[str, dict[str, str], set[str]]] = {
     "gpuledger-up": (
         "up",
         {"--reader": "nvml"},
-        {"gpuledger-exporter.service", "gpuledger-analytics.pipeline"},
+        {"gpuledger-exporter.service", "gpuledger-analytics.service"},
     ),
 }
 NVML_UNITS = {"gpuledger-exporter", "gpuledger-up"}

@@ -113,6 +113,8 @@ class BenchRunner:
                 with self._lock:
                     self._proc = None
                 reader.join(timeout=5.0)
+                if proc.stdout is not None:  # the reader is done with it (or gave up on it)
+                    proc.stdout.close()
                 for bench, t in begun.items():  # a benchmark cut short ran until now
                     out.durations.setdefault(bench, time.monotonic() - t)
                 err.seek(0)
