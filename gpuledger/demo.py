@@ -54,15 +54,19 @@ def run(args: argparse.Namespace) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     history = folder / "history.db"
     extra = {
-        "analytics": {"source": "embedded", "history": str(history), "reports_dir": str(folder / "reports"),
-                      "listen": args.analytics_listen},
+        "analytics": {
+            "source": "embedded",
+            "history": str(history),
+            "reports_dir": str(folder / "reports"),
+            "listen": args.analytics_listen,
+        },
         "exporter": {"reader": "replay"},
         "replay": {"gpus": args.gpus_per_host},
         "history": {"enabled": False},  # the live replay is not mixed into the generated fleet
         "web": {"listen": args.listen},
         "bench": {"enabled": False},
         "slurm": {"enabled": False},
-    }  # fmt: skip
+    }
     try:
         s = full_settings(args.config, extra)
     except STARTUP_ERRORS as e:
@@ -74,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
     fleet = synthetic.generate(window, args.hosts, args.gpus_per_host, seed=args.seed)
     history.unlink(missing_ok=True)
     synthetic.write_history(fleet, history)
-    _step(f"generated {len(fleet.devices)} GPUs x {window.hours / 24:.1f} days, {len(fleet.jobs)} jobs -> {history}",
-          t0)  # fmt: skip
+    _step(
+        f"generated {len(fleet.devices)} GPUs x {window.hours / 24:.1f} days, {len(fleet.jobs)} jobs -> {history}", t0
+    )
     try:
         a = Analytics(s)
     except STARTUP_ERRORS as e:
@@ -86,9 +91,12 @@ def run(args: argparse.Namespace) -> int:
         print("gpuledger demo: the report could not be built (see the log)", file=sys.stderr)
         return 1
     f = r.fleet
-    _step(f"report {r.week}: utilisation {100 * (f.utilization or 0):.1f} %, total {f.total_cost:,.0f} {r.currency}, "
-          f"{f.cost_per_useful_gpu_hour or 0:,.2f} {r.currency} per useful GPU-hour, idle {f.idle_cost:,.0f} "
-          f"{r.currency}", t0)  # fmt: skip
+    _step(
+        f"report {r.week}: utilisation {100 * (f.utilization or 0):.1f} %, total {f.total_cost:,.0f} {r.currency}, "
+        f"{f.cost_per_useful_gpu_hour or 0:,.2f} {r.currency} per useful GPU-hour, idle {f.idle_cost:,.0f} "
+        f"{r.currency}",
+        t0,
+    )
     for path in files:
         if path.suffix in (".html", ".md", ".json"):
             print(f"          {path}")
@@ -102,8 +110,11 @@ def run(args: argparse.Namespace) -> int:
         return start_error("demo", e)
     exporter.start()
     a.start(catch_up=False)
-    _step(f"live: exporter {exporter.url}/metrics (replaying the H200 capture), analytics {a.url}/metrics, "
-          f"report {a.url}/reports/gpuledger-{r.week}.html", t0)  # fmt: skip
+    _step(
+        f"live: exporter {exporter.url}/metrics (replaying the H200 capture), analytics {a.url}/metrics, "
+        f"report {a.url}/reports/gpuledger-{r.week}.html",
+        t0,
+    )
     wait_for_signal(args.duration)
     a.stop()
     exporter.stop()

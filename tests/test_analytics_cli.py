@@ -52,13 +52,36 @@ def test_report_from_a_real_prometheus_matches_the_embedded_one(hist: Path, flee
     (tmp_path / "prom").mkdir()
     server = prometheus(fleet, tmp_path / "prom")
     try:
-        r = run_cli("report", "--week", WEEK, "--source", "prometheus", "--prometheus-url", server.url,
-                    "--format", "json,md", "--out", str(tmp_path / "p"), timeout=120)  # fmt: skip
+        r = run_cli(
+            "report",
+            "--week",
+            WEEK,
+            "--source",
+            "prometheus",
+            "--prometheus-url",
+            server.url,
+            "--format",
+            "json,md",
+            "--out",
+            str(tmp_path / "p"),
+            timeout=120,
+        )
     finally:
         server.stop()
     assert r.returncode == 0, r.stderr
-    e = run_cli("report", "--week", WEEK, "--source", "embedded", "--history", str(hist), "--format", "json",
-                "--out", str(tmp_path / "e"))  # fmt: skip
+    e = run_cli(
+        "report",
+        "--week",
+        WEEK,
+        "--source",
+        "embedded",
+        "--history",
+        str(hist),
+        "--format",
+        "json",
+        "--out",
+        str(tmp_path / "e"),
+    )
     assert e.returncode == 0, e.stderr
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [f"gpuledger-{WEEK}.json", f"gpuledger-{WEEK}.md"]
     a = from_json((tmp_path / "p" / f"gpuledger-{WEEK}.json").read_text())
@@ -102,8 +125,16 @@ def test_invalid_configuration_exits_2_naming_the_field(
 
 def test_unreachable_sources_exit_1(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    r = run_cli("report", "--source", "prometheus", "--prometheus-url", url, "--out", str(tmp_path),
-                env={"GPULEDGER_PROMETHEUS__RETRIES": "1"})  # fmt: skip
+    r = run_cli(
+        "report",
+        "--source",
+        "prometheus",
+        "--prometheus-url",
+        url,
+        "--out",
+        str(tmp_path),
+        env={"GPULEDGER_PROMETHEUS__RETRIES": "1"},
+    )
     assert r.returncode == 1 and "source unavailable" in r.stderr and "no answer after 2 attempts" in r.stderr
     r = run_cli("report", "--source", "embedded", "--history", str(tmp_path / "none.db"), "--out", str(tmp_path))
     assert r.returncode == 1 and "none.db" in r.stderr
@@ -120,8 +151,14 @@ def test_a_week_without_data_is_written_and_marked_incomplete(hist: Path, tmp_pa
 
 def _start(*args: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
-    return subprocess.Popen([sys.executable, "-m", "gpuledger", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpuledger", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def _stop(p: subprocess.Popen[str]) -> tuple[int, str]:
@@ -137,8 +174,19 @@ def _stop(p: subprocess.Popen[str]) -> tuple[int, str]:
 
 def test_up_serves_the_exporter_and_the_analytics_in_one_process(tmp_path: Path) -> None:
     e, a = free_port(), free_port()
-    p = _start("up", "--reader", "replay", "--history", str(tmp_path / "h.db"), "--listen", f"127.0.0.1:{e}",
-               "--analytics-listen", f"127.0.0.1:{a}", "--reports-dir", str(tmp_path / "reports"))  # fmt: skip
+    p = _start(
+        "up",
+        "--reader",
+        "replay",
+        "--history",
+        str(tmp_path / "h.db"),
+        "--listen",
+        f"127.0.0.1:{e}",
+        "--analytics-listen",
+        f"127.0.0.1:{a}",
+        "--reports-dir",
+        str(tmp_path / "reports"),
+    )
     try:
         assert wait_until(lambda: http_get(f"http://127.0.0.1:{a}/healthz", timeout=1)[0] == 200, 30)
         exporter = parse_metrics(http_get(f"http://127.0.0.1:{e}/metrics")[2].decode())
@@ -161,8 +209,17 @@ def exporter_version() -> str:
 
 def test_demo_reports_and_serves_a_generated_fleet(tmp_path: Path) -> None:
     e, a = free_port(), free_port()
-    p = _start("demo", "--dir", str(tmp_path), "--listen", f"127.0.0.1:{e}", "--analytics-listen",
-               f"127.0.0.1:{a}", "--duration", "60")  # fmt: skip
+    p = _start(
+        "demo",
+        "--dir",
+        str(tmp_path),
+        "--listen",
+        f"127.0.0.1:{e}",
+        "--analytics-listen",
+        f"127.0.0.1:{a}",
+        "--duration",
+        "60",
+    )
     try:
         assert wait_until(lambda: http_get(f"http://127.0.0.1:{a}/healthz", timeout=1)[0] == 200, 60)
         analytics = parse_metrics(http_get(f"http://127.0.0.1:{a}/metrics")[2].decode())
@@ -179,7 +236,8 @@ def test_demo_reports_and_serves_a_generated_fleet(tmp_path: Path) -> None:
     assert r.benchmarks and r.multi_gpu and r.deltas and r.fleet.allocated_idle_gpu_hours
     assert one(analytics, "gpuledger_report_complete", window="week") == 1
     assert one(analytics, "gpuledger_report_complete", window="rolling_7d") == 1
-    assert one(analytics, "gpuledger_report_cost", window="week", group="fleet", key="fleet",
-               kind="total") == pytest.approx(r.fleet.total_cost)  # fmt: skip
+    assert one(
+        analytics, "gpuledger_report_cost", window="week", group="fleet", key="fleet", kind="total"
+    ) == pytest.approx(r.fleet.total_cost)
     assert len([k for k in exporter["gpuledger_gpu_info"]]) == 8
     assert f"gpuledger-{r.week}.html" in landing

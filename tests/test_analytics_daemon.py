@@ -28,11 +28,21 @@ HISTORY_DAYS = 15  # the last full week (in TZ, DST included) starts less than 1
 
 def _settings(tmp: Path, **analytics: object) -> FullSettings:
     return FullSettings(
-        analytics={"source": "embedded", "history": tmp / "history.db", "reports_dir": tmp / "reports",
-                   "timezone": TZ, "listen": "127.0.0.1:0", **analytics},
-        cost={"currency": "EUR", "energy_price_per_kwh": 0.2, "pue": 1.4,
-              "rules": [{"match_model": "H200", "purchase_price": 30000, "depreciation_years": 5}]},
-    )  # fmt: skip
+        analytics={
+            "source": "embedded",
+            "history": tmp / "history.db",
+            "reports_dir": tmp / "reports",
+            "timezone": TZ,
+            "listen": "127.0.0.1:0",
+            **analytics,
+        },
+        cost={
+            "currency": "EUR",
+            "energy_price_per_kwh": 0.2,
+            "pue": 1.4,
+            "rules": [{"match_model": "H200", "purchase_price": 30000, "depreciation_years": 5}],
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,15 +80,19 @@ def test_catch_up_writes_last_week_and_metrics_match_it(daemon: Analytics, folde
         written.fleet.utilization
     )
     for host in written.group("host"):
-        assert one(m, "gpuledger_report_cost_per_useful_gpu_hour", window="week", group="host",
-                   key=host.key) == pytest.approx(host.cost_per_useful_gpu_hour)  # fmt: skip
+        assert one(
+            m, "gpuledger_report_cost_per_useful_gpu_hour", window="week", group="host", key=host.key
+        ) == pytest.approx(host.cost_per_useful_gpu_hour)
     assert one(m, "gpuledger_report_complete", window="rolling_7d") == 1
-    assert one(m, "gpuledger_report_info", window="week", week=label, source="embedded", useful="busy",
-               currency="EUR") == 1  # fmt: skip
+    assert (
+        one(m, "gpuledger_report_info", window="week", week=label, source="embedded", useful="busy", currency="EUR")
+        == 1
+    )
     assert one(m, "gpuledger_price_energy_kwh", currency="EUR") == 0.2
     assert one(m, "gpuledger_price_pue") == 1.4
-    assert one(m, "gpuledger_price_gpu_hour", host="gpu-node-01", model="NVIDIA H200", kind="owned",
-               currency="EUR") == pytest.approx(30000 / (5 * 8760))  # fmt: skip
+    assert one(
+        m, "gpuledger_price_gpu_hour", host="gpu-node-01", model="NVIDIA H200", kind="owned", currency="EUR"
+    ) == pytest.approx(30000 / (5 * 8760))
     assert one(m, "gpuledger_analytics_runs_total", task="weekly", result="ok") == 1
     assert not any(labels for labels in m["gpuledger_report_cost"] if ("group", "gpu") in labels)  # per-GPU: files
     assert http_get(daemon.url + "/healthz")[0] == 200
@@ -111,8 +125,15 @@ def test_reports_are_served_and_nothing_else(daemon: Analytics, folder: Path) ->
     assert code == 200 and headers["Content-Type"].startswith("text/html") and b"<svg" in body
     assert http_get(f"{daemon.url}/reports/gpuledger-{label}-csv/costs.csv")[0] == 200
     (folder / "reports" / ".secret.json").write_text("{}")
-    for path in ("/reports/../history.db", "/reports/%2e%2e/history.db", "/reports/.secret.json",
-                 "/reports//etc/passwd", "/reports/", "/reports/a/b/c.json", "/reports/x.db"):  # fmt: skip
+    for path in (
+        "/reports/../history.db",
+        "/reports/%2e%2e/history.db",
+        "/reports/.secret.json",
+        "/reports//etc/passwd",
+        "/reports/",
+        "/reports/a/b/c.json",
+        "/reports/x.db",
+    ):
         assert _raw_get(daemon.url, path) == 404, path
     assert f"gpuledger-{label}.html" in http_get(daemon.url + "/")[2].decode()
 
@@ -149,10 +170,19 @@ def test_a_restart_serves_the_last_report_on_disk(daemon: Analytics, folder: Pat
 
 @pytest.mark.parametrize(
     ("field", "days", "first"),
-    [("1", "mon", "mon"), ("0", "sun", "sun"), ("7", "sun", "sun"), ("1-5", "mon,tue,wed,thu,fri", "mon"),
-     ("*/2", "sun,tue,thu,sat", "tue"), ("5-7", "fri,sat,sun", "fri"), ("mon-fri", "mon-fri", "mon"),
-     ("*", "*", "mon"), ("0,6", "sun,sat", "sat"), ("2/2", "tue,thu,sat", "tue")],
-)  # fmt: skip
+    [
+        ("1", "mon", "mon"),
+        ("0", "sun", "sun"),
+        ("7", "sun", "sun"),
+        ("1-5", "mon,tue,wed,thu,fri", "mon"),
+        ("*/2", "sun,tue,thu,sat", "tue"),
+        ("5-7", "fri,sat,sun", "fri"),
+        ("mon-fri", "mon-fri", "mon"),
+        ("*", "*", "mon"),
+        ("0,6", "sun,sat", "sat"),
+        ("2/2", "tue,thu,sat", "tue"),
+    ],
+)
 def test_crontab_weekdays_count_from_sunday(field: str, days: str, first: str) -> None:
     """APScheduler numbers weekdays from Monday; crontab (and our docs) from Sunday."""
     assert weekdays(field) == days

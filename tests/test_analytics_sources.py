@@ -68,8 +68,14 @@ def _assert_gpus(data: WeekData, fleet: Fleet, rel: float) -> None:
     for g in data.gpus:
         t = fleet.truth.gpu[g.uuid]
         assert (g.host, g.model, g.gpu) == hosts[g.uuid]
-        for name, got in (("sampled", g.sampled_s), ("busy", g.busy_s), ("sm", g.sm_active_s),
-                          ("alloc", g.allocated_s), ("idle", g.allocated_idle_s), ("energy", g.energy_j)):  # fmt: skip
+        for name, got in (
+            ("sampled", g.sampled_s),
+            ("busy", g.busy_s),
+            ("sm", g.sm_active_s),
+            ("alloc", g.allocated_s),
+            ("idle", g.allocated_idle_s),
+            ("energy", g.energy_j),
+        ):
             assert _close(got, t[name], rel), (g.uuid, name, got, t[name])
         days = fleet.window.seconds / 86400
         assert len(g.daily) == days and math.isclose(sum(d.busy_s for d in g.daily), t["busy"], rel_tol=1e-9)
@@ -140,9 +146,21 @@ def test_prometheus_and_embedded_give_the_same_report(from_prom: WeekData, embed
     cost = CostModel()
     a, b = build(from_prom, cost), build(embedded, cost)
     assert a.complete and b.complete and a.source == "prometheus" and b.source == "embedded"
-    for field in ("available_gpu_hours", "sampled_gpu_hours", "busy_gpu_hours", "useful_gpu_hours", "utilization",
-                  "sm_activity", "allocated_idle_gpu_hours", "energy_kwh", "energy_cost", "hardware_cost",
-                  "total_cost", "cost_per_useful_gpu_hour", "idle_cost"):  # fmt: skip
+    for field in (
+        "available_gpu_hours",
+        "sampled_gpu_hours",
+        "busy_gpu_hours",
+        "useful_gpu_hours",
+        "utilization",
+        "sm_activity",
+        "allocated_idle_gpu_hours",
+        "energy_kwh",
+        "energy_cost",
+        "hardware_cost",
+        "total_cost",
+        "cost_per_useful_gpu_hour",
+        "idle_cost",
+    ):
         assert getattr(a.fleet, field) == pytest.approx(getattr(b.fleet, field), rel=1e-9), field
     for ra, rb in zip(a.group("host"), b.group("host"), strict=True):
         assert ra.key == rb.key and ra.total_cost == pytest.approx(rb.total_cost, rel=1e-9)
@@ -226,8 +244,11 @@ def test_a_tariff_costs_the_same_from_prometheus_and_the_embedded_history(
     w = iso_week(WEEK)
     hourly = week_of(PrometheusSource(PrometheusSettings(url=prom.url), hourly_energy=True), w)
     a, b = build(hourly, cost), build(embedded, cost)
-    truth = sum(joules / 3.6e6 * 1.25 * cost.price_at(w.start + 60 * k + 1, w.timezone)
-                for rows in fleet.minutes.values() for k, (*_, joules) in enumerate(rows))  # fmt: skip
+    truth = sum(
+        joules / 3.6e6 * 1.25 * cost.price_at(w.start + 60 * k + 1, w.timezone)
+        for rows in fleet.minutes.values()
+        for k, (*_, joules) in enumerate(rows)
+    )
     assert a.fleet.energy_cost == pytest.approx(truth, rel=1e-9)
     assert b.fleet.energy_cost == pytest.approx(truth, rel=1e-9)
     flat = build(embedded, CostModel(energy_price_per_kwh=0.20, pue=1.25)).fleet.energy_cost

@@ -29,19 +29,36 @@ from tests.support.procfs import (
     [
         (SLURM_V1, CgroupFacts(job_id="4242")),
         (SLURM_V2, CgroupFacts(job_id="977")),
-        (K8S_SYSTEMD_V2, CgroupFacts(pod_uid="8f3d5c1e-1234-4a6b-9f1e-0a1b2c3d4e5f",
-                                     container_id="4b1c9f0e2d3a5b6c7d8e9f00112233445566778899aabbccddeeff0011223344")),
-        (K8S_SYSTEMD_V1, CgroupFacts(pod_uid="0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
-                                     container_id="aabbccddeeff00112233445566778899aabbccddeeff00112233445566778899")),
-        (K8S_CGROUPFS_V1, CgroupFacts(pod_uid="5e6f7081-9a0b-4c1d-8e2f-30415263748a",
-                                      container_id="1234567890abcdef1234567890abcdef1234567890abcdef1234567890abcdef")),
-        (K8S_CGROUPFS_V2_GUARANTEED, CgroupFacts(pod_uid="c0ffee00-1111-2222-3333-444455556666",
-                                                 container_id="fedcba9876543210fedcba98")),
+        (
+            K8S_SYSTEMD_V2,
+            CgroupFacts(
+                pod_uid="8f3d5c1e-1234-4a6b-9f1e-0a1b2c3d4e5f",
+                container_id="4b1c9f0e2d3a5b6c7d8e9f00112233445566778899aabbccddeeff0011223344",
+            ),
+        ),
+        (
+            K8S_SYSTEMD_V1,
+            CgroupFacts(
+                pod_uid="0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
+                container_id="aabbccddeeff00112233445566778899aabbccddeeff00112233445566778899",
+            ),
+        ),
+        (
+            K8S_CGROUPFS_V1,
+            CgroupFacts(
+                pod_uid="5e6f7081-9a0b-4c1d-8e2f-30415263748a",
+                container_id="1234567890abcdef1234567890abcdef1234567890abcdef1234567890abcdef",
+            ),
+        ),
+        (
+            K8S_CGROUPFS_V2_GUARANTEED,
+            CgroupFacts(pod_uid="c0ffee00-1111-2222-3333-444455556666", container_id="fedcba9876543210fedcba98"),
+        ),
         (PLAIN_USER, CgroupFacts()),
         ("0::/system.slice/myjob_12.service\n", CgroupFacts()),  # not Slurm: no false job
         ("garbage without colons\n", CgroupFacts()),
     ],
-)  # fmt: skip
+)
 def test_cgroup_layouts(text: str, expected: CgroupFacts) -> None:
     assert facts(text) == expected
 
@@ -122,9 +139,12 @@ def kubelet(tmp_path: Path) -> Iterator[tuple[str, list[bytes]]]:
 
     handler = grpc.method_handlers_generic_handler(
         "v1.PodResourcesLister",
-        {"List": grpc.unary_unary_rpc_method_handler(handle, request_deserializer=lambda b: b,
-                                                     response_serializer=lambda b: b)},
-    )  # fmt: skip
+        {
+            "List": grpc.unary_unary_rpc_method_handler(
+                handle, request_deserializer=lambda b: b, response_serializer=lambda b: b
+            )
+        },
+    )
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"unix://{sock}")
@@ -139,11 +159,13 @@ HOSTILE = 'tr"ain\\ing\n<script>ü'
 def test_pod_names_from_the_kubelet_over_grpc(kubelet: tuple[str, list[bytes]]) -> None:
     sock, response = kubelet
     assert METHOD == "/v1.PodResourcesLister/List"
-    response[0] = encode_pods([
-        ("llm-train-0", HOSTILE, "trainer", "nvidia.com/gpu", ["GPU-aaaa", "GPU-bbbb"]),
-        ("web", "default", "nginx", "cpu", ["0"]),
-        ("infer", "serving", "triton", "nvidia.com/mig-1g.10gb", ["MIG-cccc"]),
-    ])  # fmt: skip
+    response[0] = encode_pods(
+        [
+            ("llm-train-0", HOSTILE, "trainer", "nvidia.com/gpu", ["GPU-aaaa", "GPU-bbbb"]),
+            ("web", "default", "nginx", "cpu", ["0"]),
+            ("infer", "serving", "triton", "nvidia.com/mig-1g.10gb", ["MIG-cccc"]),
+        ]
+    )
     client = PodResourcesClient(sock)
     pods = client.list()
     assert pods == {

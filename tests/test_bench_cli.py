@@ -21,8 +21,14 @@ pytestmark = pytest.mark.integration
 
 def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")} | {"GLOO_SOCKET_IFNAME": "lo"}
-    return subprocess.run([sys.executable, "-m", "gpuledger", "bench", *args], capture_output=True, text=True,
-                          cwd=REPO, env=env, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "gpuledger", "bench", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.parametrize(
@@ -57,12 +63,25 @@ def test_a_run_prints_tables_an_estimate_and_json(tmp_path: Path) -> None:
 def test_two_nodes_meet_through_torchrun_rendezvous() -> None:
     require_torch()
     endpoint = f"127.0.0.1:{free_port()}"
-    args = ["allreduce", "--quick", "--backend", "gloo", "--world-size", "1", "--nnodes", "2",
-            "--rdzv-endpoint", endpoint, "--no-progress"]  # fmt: skip
+    args = [
+        "allreduce",
+        "--quick",
+        "--backend",
+        "gloo",
+        "--world-size",
+        "1",
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        endpoint,
+        "--no-progress",
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")} | {"GLOO_SOCKET_IFNAME": "lo"}
     cmd = [sys.executable, "-m", "gpuledger", "bench", *args]
-    nodes = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
-             for _ in range(2)]  # fmt: skip
+    nodes = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=240) for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], outs
     printed = [o for o, _ in outs if "busbw(GB/s)" in o]

@@ -34,12 +34,15 @@ def start(tmp_path: Path) -> Iterator[Start]:
     running: list[Exporter] = []
 
     def make(reader: FakeReader | None = None, history: bool = False, **bench: Any) -> Exporter:
-        settings = load(None, {
-            "web": {"listen": "127.0.0.1:0"},
-            "exporter": {"sample_interval": 0.1},
-            "history": {"path": str(tmp_path / "h.db")} if history else {"enabled": False},
-            "bench": {"enabled": True, "idle_window": 0.5, "benches": ["allreduce"], "quick": True, **bench},
-        })  # fmt: skip
+        settings = load(
+            None,
+            {
+                "web": {"listen": "127.0.0.1:0"},
+                "exporter": {"sample_interval": 0.1},
+                "history": {"path": str(tmp_path / "h.db")} if history else {"enabled": False},
+                "bench": {"enabled": True, "idle_window": 0.5, "benches": ["allreduce"], "quick": True, **bench},
+            },
+        )
         exp = Exporter(settings, reader=reader or FakeReader(2))
         exp.start()
         running.append(exp)

@@ -64,8 +64,17 @@ def test_train_result_derives_speedup_efficiency_share_and_mfu() -> None:
         TrainMeasurement(2, 0.110, step_nosync_seconds=0.100, grad_allreduce_seconds=0.02),
         TrainMeasurement(4, 0.125, step_nosync_seconds=0.100, grad_allreduce_seconds=0.03),
     ]
-    r = train_result(model="m", params=250_000_000, grad_bytes=10**9, batch=16, seq=512, flops_per_sample=3e12,
-                     peak=989e12, measured=measured, sweep=None)  # fmt: skip
+    r = train_result(
+        model="m",
+        params=250_000_000,
+        grad_bytes=10**9,
+        batch=16,
+        seq=512,
+        flops_per_sample=3e12,
+        peak=989e12,
+        measured=measured,
+        sweep=None,
+    )
     one, two, four = r.rows
     assert one.speedup == 1.0 and one.efficiency == 1.0 and one.allreduce_share is None
     assert two.speedup == pytest.approx(2 * 0.100 / 0.110) and two.efficiency == pytest.approx(0.100 / 0.110)
@@ -79,8 +88,17 @@ def test_train_result_derives_speedup_efficiency_share_and_mfu() -> None:
 
 def test_train_predictions_use_the_sweep_when_there_is_one() -> None:
     s = sweep({1 << 28: 40e9, 1 << 30: 80e9}, world=2)
-    r = train_result(model="m", params=1, grad_bytes=1 << 30, batch=1, seq=1, flops_per_sample=1.0, peak=None,
-                     measured=[TrainMeasurement(1, 0.1), TrainMeasurement(2, 0.12, 0.1, 0.05)], sweep=s)  # fmt: skip
+    r = train_result(
+        model="m",
+        params=1,
+        grad_bytes=1 << 30,
+        batch=1,
+        seq=1,
+        flops_per_sample=1.0,
+        peak=None,
+        measured=[TrainMeasurement(1, 0.1), TrainMeasurement(2, 0.12, 0.1, 0.05)],
+        sweep=s,
+    )
     assert r.busbw_source == "all-reduce sweep"
     t_ar = (1 << 30) * 1.0 / 80e9
     assert r.rows[1].predicted_speedup_no_overlap == pytest.approx(2 * 0.1 / (0.1 + t_ar))
@@ -118,8 +136,12 @@ def test_a_plan_file_with_a_word_for_a_size_is_refused_naming_the_field(tmp_path
     path = tmp_path / "plan.json"
     default_plan(BENCHES, "gloo", 2).save(path)
     good = json.loads(path.read_text())
-    for section, key, bad in (("allreduce", "max_bytes", "big"), ("allreduce", "max_bytes", 1.5),
-                              ("train", "steps", "30"), ("matmul", "seconds_per_dtype", "1.0")):  # fmt: skip
+    for section, key, bad in (
+        ("allreduce", "max_bytes", "big"),
+        ("allreduce", "max_bytes", 1.5),
+        ("train", "steps", "30"),
+        ("matmul", "seconds_per_dtype", "1.0"),
+    ):
         raw = json.loads(json.dumps(good))
         raw[section][key] = bad
         path.write_text(json.dumps(raw))
@@ -143,8 +165,17 @@ def test_a_result_with_a_string_for_a_number_is_refused_naming_the_field() -> No
     data["rows"][0]["wrong"] = 0.5  # a count
     with pytest.raises(ValueError, match=r"rows\.0\.wrong"):
         PARSERS["allreduce"](json.dumps(data))
-    train = train_result(model="m", params=1, grad_bytes=1, batch=1, seq=1, flops_per_sample=1.0, peak=None,
-                         measured=[TrainMeasurement(2, 0.1)], sweep=None)  # fmt: skip
+    train = train_result(
+        model="m",
+        params=1,
+        grad_bytes=1,
+        batch=1,
+        seq=1,
+        flops_per_sample=1.0,
+        peak=None,
+        measured=[TrainMeasurement(2, 0.1)],
+        sweep=None,
+    )
     assert math.isnan(train.rows[0].speedup)  # no one-GPU baseline: NaN, and it survives JSON
     text = json.dumps(plain(train))
     assert math.isnan(train_from(text).rows[0].speedup)

@@ -16,8 +16,17 @@ from analytics.week_data import GpuWeek, WeekData, Window, iso_week
 
 WEEK = iso_week("2026-W10", "Europe/Berlin")
 HOURS = 168
-ADDITIVE = ("available_gpu_hours", "sampled_gpu_hours", "busy_gpu_hours", "useful_gpu_hours", "energy_kwh",
-            "energy_cost", "hardware_cost", "total_cost", "idle_cost")  # fmt: skip
+ADDITIVE = (
+    "available_gpu_hours",
+    "sampled_gpu_hours",
+    "busy_gpu_hours",
+    "useful_gpu_hours",
+    "energy_kwh",
+    "energy_cost",
+    "hardware_cost",
+    "total_cost",
+    "idle_cost",
+)
 
 # one GPU: per hour (sampled s, busy s, SM-active s, joules), plus its host and model
 hour = st.tuples(st.floats(0, 3600), st.floats(0, 1), st.floats(0, 1), st.floats(0, 700 * 3600)).map(
@@ -28,18 +37,36 @@ week_of_hours = st.lists(hour, min_size=1, max_size=13).map(lambda p: [p[i % len
 gpu = st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["NVIDIA H200", "NVIDIA A100"]), week_of_hours)
 rules = st.lists(
     st.one_of(
-        st.builds(PriceRule, match_model=st.sampled_from([None, "H200"]), purchase_price=st.floats(1e3, 1e5),
-                  depreciation_years=st.floats(1, 8), yearly_operations=st.floats(0, 1e4),
-                  cloud_reference_per_gpu_hour=st.none() | st.floats(0.5, 10)),
-        st.builds(PriceRule, match_host=st.sampled_from(["a", "b*"]), kind=st.just("cloud"),
-                  price_per_gpu_hour=st.floats(0.1, 10), energy_included=st.booleans()),
+        st.builds(
+            PriceRule,
+            match_model=st.sampled_from([None, "H200"]),
+            purchase_price=st.floats(1e3, 1e5),
+            depreciation_years=st.floats(1, 8),
+            yearly_operations=st.floats(0, 1e4),
+            cloud_reference_per_gpu_hour=st.none() | st.floats(0.5, 10),
+        ),
+        st.builds(
+            PriceRule,
+            match_host=st.sampled_from(["a", "b*"]),
+            kind=st.just("cloud"),
+            price_per_gpu_hour=st.floats(0.1, 10),
+            energy_included=st.booleans(),
+        ),
     ),
     max_size=3,
-)  # fmt: skip
-tariff = st.lists(st.builds(TariffWindow, start_hour=st.integers(0, 11), end_hour=st.integers(12, 24),
-                            price_per_kwh=st.floats(0, 1)), max_size=2)  # fmt: skip
-models = st.builds(CostModel, energy_price_per_kwh=st.floats(0, 1), pue=st.floats(1, 2.5), tariff=tariff,
-                   useful=st.sampled_from(["busy", "sm_active"]), rules=rules)  # fmt: skip
+)
+tariff = st.lists(
+    st.builds(TariffWindow, start_hour=st.integers(0, 11), end_hour=st.integers(12, 24), price_per_kwh=st.floats(0, 1)),
+    max_size=2,
+)
+models = st.builds(
+    CostModel,
+    energy_price_per_kwh=st.floats(0, 1),
+    pue=st.floats(1, 2.5),
+    tariff=tariff,
+    useful=st.sampled_from(["busy", "sm_active"]),
+    rules=rules,
+)
 
 
 def _week(gpus: list[tuple[str, str, list[tuple[float, ...]]]], first: int = 0, last: int = HOURS) -> WeekData:
@@ -47,11 +74,21 @@ def _week(gpus: list[tuple[str, str, list[tuple[float, ...]]]], first: int = 0, 
     out = []
     for i, (host, model, hours) in enumerate(gpus):
         part = hours[first:last]
-        out.append(GpuWeek(
-            uuid=f"GPU-{i}", host=host, model=model, gpu=str(i), sampled_s=sum(h[0] for h in part),
-            busy_s=sum(h[1] for h in part), sm_active_s=sum(h[2] for h in part), allocated_s=None,
-            allocated_idle_s=None, energy_j=sum(h[3] for h in part), energy_by_hour=tuple(h[3] for h in part),
-        ))  # fmt: skip
+        out.append(
+            GpuWeek(
+                uuid=f"GPU-{i}",
+                host=host,
+                model=model,
+                gpu=str(i),
+                sampled_s=sum(h[0] for h in part),
+                busy_s=sum(h[1] for h in part),
+                sm_active_s=sum(h[2] for h in part),
+                allocated_s=None,
+                allocated_idle_s=None,
+                energy_j=sum(h[3] for h in part),
+                energy_by_hour=tuple(h[3] for h in part),
+            )
+        )
     return WeekData(w, "test", tuple(out))
 
 
@@ -73,8 +110,9 @@ def test_every_figure_is_non_negative(gpus: list[tuple[str, str, list[tuple[floa
 
 @settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", "60")), deadline=None)
 @given(st.lists(gpu, min_size=1, max_size=6), models)
-def test_the_fleet_is_the_sum_of_its_hosts(gpus: list[tuple[str, str, list[tuple[float, ...]]]],
-                                           cost: CostModel) -> None:  # fmt: skip
+def test_the_fleet_is_the_sum_of_its_hosts(
+    gpus: list[tuple[str, str, list[tuple[float, ...]]]], cost: CostModel
+) -> None:
     whole = _figures(build(_week(gpus), cost).fleet)
     parts = [_figures(build(_week([g for g in gpus if g[0] == h]), cost).fleet) for h in {g[0] for g in gpus}]
     for name, value in whole.items():
@@ -83,8 +121,9 @@ def test_the_fleet_is_the_sum_of_its_hosts(gpus: list[tuple[str, str, list[tuple
 
 @settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", "60")), deadline=None)
 @given(st.lists(gpu, min_size=1, max_size=4), models, st.integers(1, HOURS - 1))
-def test_a_week_costs_what_its_parts_cost(gpus: list[tuple[str, str, list[tuple[float, ...]]]], cost: CostModel,
-                                          split: int) -> None:  # fmt: skip
+def test_a_week_costs_what_its_parts_cost(
+    gpus: list[tuple[str, str, list[tuple[float, ...]]]], cost: CostModel, split: int
+) -> None:
     whole = _figures(build(_week(gpus), cost).fleet)
     a = _figures(build(_week(gpus, 0, split), cost).fleet)
     b = _figures(build(_week(gpus, split, HOURS), cost).fleet)

@@ -43,19 +43,50 @@ DATASOURCE = yaml.safe_load((PROVISIONING / "datasources" / "gpuledger.yml").rea
 
 # the issue's dashboards and the panels each must have (by title)
 REQUIRED: dict[str, tuple[str, ...]] = {
-    "gpuledger-fleet": ("Utilisation", "SM activity", "Utilisation per GPU", "SM activity per GPU", "Power",
-                        "Energy", "Idle GPUs", "Allocated but idle", "Cost per hour now (${currency})",
-                        "Idle cost per hour now (${currency})"),
-    "gpuledger-gpu": ("GPU up", "XID errors", "ECC errors", "Clock-event (throttle) reasons", "Compute processes",
-                      "Jobs on the GPU now", "Per-job held, busy and energy"),
-    "gpuledger-weekly": ("Cost per useful GPU-hour (${currency})", "Idle cost (${currency})",
-                         "Week-over-week change", "Utilisation"),
-    "gpuledger-bench": ("Bandwidth by message size (latest sweep)", "Bus bandwidth over time",
-                        "Speedup against the ideal", "Scaling efficiency by world size", "Failed or timed-out runs",
-                        "Skipped: GPUs busy"),
-    "gpuledger-queue": ("Pending jobs", "Pending GPUs", "Wait p50 and p95", "Failed share", "Jobs ended by state",
-                        "Top users holding idle GPUs"),
-}  # fmt: skip
+    "gpuledger-fleet": (
+        "Utilisation",
+        "SM activity",
+        "Utilisation per GPU",
+        "SM activity per GPU",
+        "Power",
+        "Energy",
+        "Idle GPUs",
+        "Allocated but idle",
+        "Cost per hour now (${currency})",
+        "Idle cost per hour now (${currency})",
+    ),
+    "gpuledger-gpu": (
+        "GPU up",
+        "XID errors",
+        "ECC errors",
+        "Clock-event (throttle) reasons",
+        "Compute processes",
+        "Jobs on the GPU now",
+        "Per-job held, busy and energy",
+    ),
+    "gpuledger-weekly": (
+        "Cost per useful GPU-hour (${currency})",
+        "Idle cost (${currency})",
+        "Week-over-week change",
+        "Utilisation",
+    ),
+    "gpuledger-bench": (
+        "Bandwidth by message size (latest sweep)",
+        "Bus bandwidth over time",
+        "Speedup against the ideal",
+        "Scaling efficiency by world size",
+        "Failed or timed-out runs",
+        "Skipped: GPUs busy",
+    ),
+    "gpuledger-queue": (
+        "Pending jobs",
+        "Pending GPUs",
+        "Wait p50 and p95",
+        "Failed share",
+        "Jobs ended by state",
+        "Top users holding idle GPUs",
+    ),
+}
 NUMERIC = {"timeseries", "stat", "gauge", "bargauge", "barchart"}
 
 
@@ -143,9 +174,10 @@ def test_panels_use_the_datasource_variable_units_and_thresholds() -> None:
                 shown = [n for n in _included(p) if n.startswith("Value")]
                 renamed = _renames(p)
                 with_unit = {
-                    o["matcher"]["options"] for o in p["fieldConfig"]["overrides"]
+                    o["matcher"]["options"]
+                    for o in p["fieldConfig"]["overrides"]
                     if any(x["id"] == "unit" for x in o["properties"])
-                }  # fmt: skip
+                }
                 assert {renamed.get(n, n) for n in shown} <= with_unit, where
             steps = defaults.get("thresholds", {}).get("steps", [])
             if p["type"] != "heatmap":
@@ -229,8 +261,9 @@ def variable_values(
         m = re.fullmatch(r"label_values\((.+), (\w+)\)", v["query"])
         assert m, v["query"]
         selector = substitute(m.group(1), values)
-        answer = prom.api(f"label/{m.group(2)}/values",
-                          {"match[]": selector, "start": f"{end - RANGE_S:.0f}", "end": f"{end:.0f}"})  # fmt: skip
+        answer = prom.api(
+            f"label/{m.group(2)}/values", {"match[]": selector, "start": f"{end - RANGE_S:.0f}", "end": f"{end:.0f}"}
+        )
         found = sorted(answer.get("data") or [])
         if answer["status"] != "success" or not found:
             failures.append(f"{d['uid']} variable {v['name']}: {selector} -> {answer.get('error') or 'no values'}")
@@ -250,8 +283,12 @@ def dashboard_runs(d: Json, values: dict[str, str], label: str) -> Iterator[Run]
             where = f"{label} / {p['title']} / {t['refId']}"
             yield Run(where, expr, t["instant"], seconds(b["__interval"]))
             if "or vector(0)" in expr:  # the fallback must not hide a query that never matches
-                yield Run(where + " (without 'or vector(0)')", expr.replace(" or vector(0)", ""), t["instant"],
-                          seconds(b["__interval"]))  # fmt: skip
+                yield Run(
+                    where + " (without 'or vector(0)')",
+                    expr.replace(" or vector(0)", ""),
+                    t["instant"],
+                    seconds(b["__interval"]),
+                )
 
 
 def run(prom: PrometheusServer, r: Run, end: float) -> str | None:
@@ -344,18 +381,34 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     log = (tmp / "analytics.log").open("w")
     analytics = subprocess.Popen(
         [sys.executable, "-m", "gpuledger", "analytics", "--config", str(analytics_config(tmp, port))],
-        stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-    )  # fmt: skip
-    exporter = ExporterProcess("--reader", "replay", "--replay-gpus", str(GPUS_LIVE), "--replay-speed", "20",
-                               "--sample-interval", "0.5", "--hostname", HOSTNAME_LIVE, "--history",
-                               str(tmp / "exporter.db"))  # fmt: skip
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+    )
+    exporter = ExporterProcess(
+        "--reader",
+        "replay",
+        "--replay-gpus",
+        str(GPUS_LIVE),
+        "--replay-speed",
+        "20",
+        "--sample-interval",
+        "0.5",
+        "--hostname",
+        HOSTNAME_LIVE,
+        "--history",
+        str(tmp / "exporter.db"),
+    )
     prom: PrometheusServer | None = None
     try:
         exporter.wait_ready()
         ready = wait_until(lambda: b'window="rolling_7d"' in http_get(f"http://127.0.0.1:{port}/metrics")[2], 60)
         assert ready, (tmp / "analytics.log").read_text()
-        prom = PrometheusServer.backfilled(tmp, om, jobs={"gpuledger-exporter": [f"127.0.0.1:{exporter.port}"],
-                                                          "gpuledger-analytics": [f"127.0.0.1:{port}"]})  # fmt: skip
+        prom = PrometheusServer.backfilled(
+            tmp,
+            om,
+            jobs={"gpuledger-exporter": [f"127.0.0.1:{exporter.port}"], "gpuledger-analytics": [f"127.0.0.1:{port}"]},
+        )
         server = prom
 
         def scraped() -> bool:

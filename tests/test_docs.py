@@ -50,7 +50,10 @@ def test_the_cost_model_worked_example_is_what_the_code_computes() -> None:
         "break-even utilisation": f"{100 * (rent.breakeven_utilization or 0):.1f} %",
         "multi-GPU extra cost at 8 GPUs": f"{100 * busy.multi_gpu[0].extra_cost:.1f} %",
     }
-    rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in doc.splitlines()
-            if line.startswith("| ") and line.count("|") == 4}  # fmt: skip
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[3].strip()
+        for line in doc.splitlines()
+        if line.startswith("| ") and line.count("|") == 4
+    }
     for step, value in shown.items():
         assert rows.get(step) == value, (step, rows.get(step), value)

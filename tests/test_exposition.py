@@ -110,9 +110,17 @@ def bench_snapshot() -> BenchSnapshot:
     """A finished 2-GPU round: a two-size sweep, training at 1 and 2 GPUs, GEMM, copies."""
     rows = (allreduce_row(1 << 20, 1 << 18, 1e-4, 100, 2, 0), allreduce_row(1 << 24, 1 << 22, 1e-3, 50, 2, 0))
     ar = AllreduceResult("nccl", 2, "float32", rows)
-    train = train_result(model="encoder-8x1024", params=100_000_000, grad_bytes=400_000_000, batch=16, seq=512,
-                         flops_per_sample=1e12, peak=989e12, sweep=ar,
-                         measured=[TrainMeasurement(1, 0.05), TrainMeasurement(2, 0.06, 0.05, 0.01)])  # fmt: skip
+    train = train_result(
+        model="encoder-8x1024",
+        params=100_000_000,
+        grad_bytes=400_000_000,
+        batch=16,
+        seq=512,
+        flops_per_sample=1e12,
+        peak=989e12,
+        sweep=ar,
+        measured=[TrainMeasurement(1, 0.05), TrainMeasurement(2, 0.06, 0.05, 0.01)],
+    )
     return BenchSnapshot(
         allreduce=ar,
         train=train,

@@ -177,8 +177,10 @@ def test_the_reads_understand_v2_benchmarks_and_v3_jobs(open_db: Open, tmp_path:
         ("4242", "COMPLETED", H0 - 60.0, H0 + 3720.0, 1, 0),
     ]
     totals = history.job_totals(v3, H0, H0 + 3600)
-    assert [t.job for t in totals] == [JobKey(pod="train-7d9f", namespace="ml", container="trainer"),
-                                       JobKey(job_id="4242", user="ada")]  # fmt: skip
+    assert [t.job for t in totals] == [
+        JobKey(pod="train-7d9f", namespace="ml", container="trainer"),
+        JobKey(job_id="4242", user="ada"),
+    ]
     for t in totals:  # minutes 0, 1, 2, 58, 59 of the first hour
         assert (t.uuid, t.sampled_seconds) == (GPU0, 30.0 * 5)
         assert t.busy_seconds == 15.0 * 5 + 120 and t.energy_joules == 3000.0 * 5 + 50.0 * 120

@@ -35,10 +35,16 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     (tmp / "prometheus.yml").write_text("global: {}\n")
     port = free_port()
     proc = subprocess.Popen(
-        [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={tmp / 'web.yml'}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            binary,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--web.config.file={tmp / 'web.yml'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"https://127.0.0.1:{port}"
 
     def ready() -> bool:

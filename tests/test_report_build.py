@@ -14,17 +14,37 @@ WEEK = iso_week("2026-W48")
 HOUR = 3600.0
 
 
-def _gpu(uuid: str = "GPU-a", host: str = "n1", model: str = "NVIDIA H200", busy_h: float = 84.0,
-         energy_kwh: float = 50.0, by_hour: tuple[float, ...] | None = None) -> GpuWeek:  # fmt: skip
-    return GpuWeek(uuid, host, model, "0", 168 * HOUR, busy_h * HOUR, None, 100 * HOUR, 10 * HOUR,
-                   energy_kwh * 3.6e6, energy_by_hour=by_hour)  # fmt: skip
+def _gpu(
+    uuid: str = "GPU-a",
+    host: str = "n1",
+    model: str = "NVIDIA H200",
+    busy_h: float = 84.0,
+    energy_kwh: float = 50.0,
+    by_hour: tuple[float, ...] | None = None,
+) -> GpuWeek:
+    return GpuWeek(
+        uuid,
+        host,
+        model,
+        "0",
+        168 * HOUR,
+        busy_h * HOUR,
+        None,
+        100 * HOUR,
+        10 * HOUR,
+        energy_kwh * 3.6e6,
+        energy_by_hour=by_hour,
+    )
 
 
 def test_benchmark_drops_over_ten_percent_are_flagged() -> None:
     now = BenchWeek(busbw={2: 80e9, 8: 150e9}, speedup={8: 6.9}, efficiency={8: 6.9 / 8})
     before = BenchWeek(busbw={2: 84e9, 8: 170e9}, speedup={8: 7.0}, efficiency={8: 7.0 / 8})
-    r = build(WeekData(WEEK, "t", (_gpu(),), bench=now), CostModel(),
-              previous=WeekData(WEEK.previous(), "t", (_gpu(),), bench=before))  # fmt: skip
+    r = build(
+        WeekData(WEEK, "t", (_gpu(),), bench=now),
+        CostModel(),
+        previous=WeekData(WEEK.previous(), "t", (_gpu(),), bench=before),
+    )
     rows = {(b.metric, b.world_size): b for b in r.benchmarks}
     big = rows[("allreduce_busbw_bytes_per_second", 8)]
     assert big.change == pytest.approx(150 / 170 - 1) and big.dropped  # -11.8 %
@@ -35,8 +55,11 @@ def test_benchmark_drops_over_ten_percent_are_flagged() -> None:
 
 def test_week_over_week_deltas() -> None:
     queue = (QueueWeek("gpu", "exact", 10, 60.0, 30.0, 600.0, 900.0, False, 1.0),)
-    r = build(WeekData(WEEK, "t", (_gpu(busy_h=84),), queue=queue), CostModel(),
-              previous=WeekData(WEEK.previous(), "t", (_gpu(busy_h=42),), queue=queue))  # fmt: skip
+    r = build(
+        WeekData(WEEK, "t", (_gpu(busy_h=84),), queue=queue),
+        CostModel(),
+        previous=WeekData(WEEK.previous(), "t", (_gpu(busy_h=42),), queue=queue),
+    )
     d = {x.figure: x for x in r.deltas}
     assert d["utilisation"].value == pytest.approx(0.5) and d["utilisation"].change == pytest.approx(1.0)
     assert d["idle cost"].change is not None and d["idle cost"].change < 0  # more useful hours, less idle
@@ -53,8 +76,9 @@ def test_a_gpu_no_rule_prices_makes_the_report_incomplete() -> None:
 
 
 def test_cloud_prices_per_node_hour_with_energy_included() -> None:
-    cost = CostModel(rules=[PriceRule(match_host="cloud-*", kind="cloud", price_per_node_hour=32.0,
-                                      energy_included=True)])  # fmt: skip
+    cost = CostModel(
+        rules=[PriceRule(match_host="cloud-*", kind="cloud", price_per_node_hour=32.0, energy_included=True)]
+    )
     r = build(WeekData(WEEK, "t", (_gpu(host="cloud-7"),)), cost)
     assert r.fleet.hardware_cost == pytest.approx(168 * 32.0 / 8) and r.fleet.energy_cost == 0.0
     assert r.fleet.idle_cost == pytest.approx((168 - 84) * 4.0)
@@ -73,8 +97,10 @@ def test_a_tariff_charges_each_hour_its_price() -> None:
 def test_users_and_jobs_pay_for_the_hours_they_held() -> None:
     rule = PriceRule(purchase_price=8760 * 4, depreciation_years=4)  # 1.00 per hour
     g = _gpu(energy_kwh=100)
-    jobs = (JobWeek("GPU-a", "n1", JobKey("42", "alice"), 10 * HOUR, 6 * HOUR, 20 * 3.6e6),
-            JobWeek("GPU-a", "n1", JobKey("43", "bob"), 5 * HOUR, 5 * HOUR, 10 * 3.6e6))  # fmt: skip
+    jobs = (
+        JobWeek("GPU-a", "n1", JobKey("42", "alice"), 10 * HOUR, 6 * HOUR, 20 * 3.6e6),
+        JobWeek("GPU-a", "n1", JobKey("43", "bob"), 5 * HOUR, 5 * HOUR, 10 * 3.6e6),
+    )
     r = build(WeekData(WEEK, "t", (g,), jobs=jobs), CostModel(pue=1.0, energy_price_per_kwh=0.5, rules=[rule]))
     alice = next(x for x in r.group("user") if x.key == "alice")
     assert alice.hardware_cost == pytest.approx(10.0) and alice.energy_cost == pytest.approx(20 * 0.5)

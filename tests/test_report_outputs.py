@@ -60,8 +60,10 @@ def test_json_writes_a_non_finite_figure_as_not_measured() -> None:
 def test_csv_parses_back_with_hostile_keys() -> None:
     report = sample_report()
     files = to_csv(report)
-    assert set(files) == {f"{n}.csv" for n in ("costs", "daily", "queue", "failures", "benchmarks", "multi_gpu",
-                                               "rent_vs_buy", "deltas", "prices")}  # fmt: skip
+    assert set(files) == {
+        f"{n}.csv"
+        for n in ("costs", "daily", "queue", "failures", "benchmarks", "multi_gpu", "rent_vs_buy", "deltas", "prices")
+    }
     costs = list(csv.DictReader(io.StringIO(files["costs.csv"])))
     assert len(costs) == len(report.rows) + 1
     assert list(costs[0]) == [f.name for f in dataclasses.fields(CostRow)]

@@ -57,8 +57,11 @@ def test_the_analytics_sections_come_typed_from_the_same_file(tmp_path: Path, mo
     s = load_settings(FullSettings, f)
     assert type(s) is FullSettings
     assert (s.analytics.timezone, s.analytics.source, s.cost.currency, s.exporter.hostname) == (
-        "Europe/Berlin", "prometheus", "EUR", "x"
-    )  # fmt: skip
+        "Europe/Berlin",
+        "prometheus",
+        "EUR",
+        "x",
+    )
     with pytest.raises(ConfigError, match=r"analytics\.timezone: unknown time zone 'Mars/Olympus'"):
         load_settings(FullSettings, None, {"analytics": {"timezone": "Mars/Olympus"}})
 

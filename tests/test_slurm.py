@@ -46,12 +46,15 @@ def state(c: SlurmCluster, job: str) -> str:
 @pytest.mark.integration
 def test_queue_wait_failures_cancellations_and_requeues(cluster: SlurmCluster, tmp_path: Path) -> None:
     c = cluster
-    settings = load(None, {
-        "web": {"listen": "127.0.0.1:0"},
-        "history": {"path": str(tmp_path / "h.db")},
-        "exporter": {"sample_interval": 0.2},
-        "slurm": {"enabled": True, "interval": 1, "conf": str(c.conf)},
-    })  # fmt: skip
+    settings = load(
+        None,
+        {
+            "web": {"listen": "127.0.0.1:0"},
+            "history": {"path": str(tmp_path / "h.db")},
+            "exporter": {"sample_interval": 0.2},
+            "slurm": {"enabled": True, "interval": 1, "conf": str(c.conf)},
+        },
+    )
     exp = Exporter(settings, reader=FakeReader(1))
     exp.start()
     try:

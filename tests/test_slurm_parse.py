@@ -34,8 +34,12 @@ def test_jobcomp_lines_with_a_hostile_name() -> None:
     assert j is not None
     assert (j.job_id, j.user, j.partition, j.state) == ("1", "alice", "gpu", "COMPLETED")
     assert j.name == 'first "q" \\ <script>x</script> ü'  # a spelled-out key cuts the name, not the record
-    assert (j.submit, j.eligible, j.start, j.end) == (t("2026-11-30T03:05:50"), t("2026-11-30T03:05:51"),
-                                                      t("2026-11-30T03:05:52"), t("2026-11-30T03:05:58"))  # fmt: skip
+    assert (j.submit, j.eligible, j.start, j.end) == (
+        t("2026-11-30T03:05:50"),
+        t("2026-11-30T03:05:51"),
+        t("2026-11-30T03:05:52"),
+        t("2026-11-30T03:05:58"),
+    )
     assert j.gpus == 4 and j.exit_code == "0:0" and j.cluster == ""
     assert parse.jobcomp_fields(JOBCOMP.format(name="x"))["WorkDir"] == "/home/alice/my dir"
 
@@ -46,14 +50,42 @@ def test_a_job_cancelled_while_pending_never_started() -> None:
 
 
 def test_squeue_json_of_22_05_and_23_02() -> None:
-    old = {"jobs": [{"job_id": 5, "name": "n", "user_name": "bob", "partition": "gpu", "job_state": "PENDING",
-                     "state_reason": "Resources", "submit_time": 100, "eligible_time": 110, "start_time": 0,
-                     "tres_req_str": "cpu=8,gres/gpu=2", "restart_cnt": 0, "node_count": 1}]}  # fmt: skip
-    new = {"jobs": [{"job_id": 6, "name": "m", "user_name": "eve", "partition": "gpu", "job_state": ["RUNNING"],
-                     "state_reason": "None", "submit_time": {"set": True, "infinite": False, "number": 200},
-                     "eligible_time": {"set": True, "number": 200}, "start_time": {"set": True, "number": 260},
-                     "tres_per_node": "gres:gpu:a100:4", "node_count": {"set": True, "number": 2},
-                     "restart_cnt": {"set": True, "number": 1}}]}  # fmt: skip
+    old = {
+        "jobs": [
+            {
+                "job_id": 5,
+                "name": "n",
+                "user_name": "bob",
+                "partition": "gpu",
+                "job_state": "PENDING",
+                "state_reason": "Resources",
+                "submit_time": 100,
+                "eligible_time": 110,
+                "start_time": 0,
+                "tres_req_str": "cpu=8,gres/gpu=2",
+                "restart_cnt": 0,
+                "node_count": 1,
+            }
+        ]
+    }
+    new = {
+        "jobs": [
+            {
+                "job_id": 6,
+                "name": "m",
+                "user_name": "eve",
+                "partition": "gpu",
+                "job_state": ["RUNNING"],
+                "state_reason": "None",
+                "submit_time": {"set": True, "infinite": False, "number": 200},
+                "eligible_time": {"set": True, "number": 200},
+                "start_time": {"set": True, "number": 260},
+                "tres_per_node": "gres:gpu:a100:4",
+                "node_count": {"set": True, "number": 2},
+                "restart_cnt": {"set": True, "number": 1},
+            }
+        ]
+    }
     a = parse.squeue_json(json.dumps(old))[0]
     b = parse.squeue_json(json.dumps(new))[0]
     assert (a.state, a.submit, a.eligible, a.start, a.gpus, a.restarts) == ("PENDING", 100.0, 110.0, None, 2, 0)
@@ -70,13 +102,44 @@ def test_squeue_text_fallback() -> None:
 def test_sacct_with_its_own_separator() -> None:
     sep = parse.SACCT_SEP
     rows = [
-        sep.join(["7", "c1", "dave", "gpu", "CANCELLED by 1001", "2026-11-30T01:00:00", "2026-11-30T01:00:00",
-                  "2026-11-30T01:00:05", "2026-11-30T02:00:00", "billing=1,gres/gpu=1", "0:15", "2", "a|b"]),
-        sep.join(["7.batch", "c1", "", "", "CANCELLED", "Unknown", "Unknown", "Unknown", "Unknown", "", "0:15", "0",
-                  "batch"]),
-        sep.join(["8", "c1", "erin", "gpu", "RUNNING", "2026-11-30T01:00:00", "2026-11-30T01:00:00",
-                  "2026-11-30T01:00:05", "Unknown", "", "0:0", "0", "x"]),
-    ]  # fmt: skip
+        sep.join(
+            [
+                "7",
+                "c1",
+                "dave",
+                "gpu",
+                "CANCELLED by 1001",
+                "2026-11-30T01:00:00",
+                "2026-11-30T01:00:00",
+                "2026-11-30T01:00:05",
+                "2026-11-30T02:00:00",
+                "billing=1,gres/gpu=1",
+                "0:15",
+                "2",
+                "a|b",
+            ]
+        ),
+        sep.join(
+            ["7.batch", "c1", "", "", "CANCELLED", "Unknown", "Unknown", "Unknown", "Unknown", "", "0:15", "0", "batch"]
+        ),
+        sep.join(
+            [
+                "8",
+                "c1",
+                "erin",
+                "gpu",
+                "RUNNING",
+                "2026-11-30T01:00:00",
+                "2026-11-30T01:00:00",
+                "2026-11-30T01:00:05",
+                "Unknown",
+                "",
+                "0:0",
+                "0",
+                "x",
+            ]
+        ),
+    ]
     jobs = parse.sacct("\n".join(rows))
     assert len(jobs) == 1
     j = jobs[0]
@@ -86,8 +149,14 @@ def test_sacct_with_its_own_separator() -> None:
 
 @pytest.mark.parametrize(
     ("args", "gpus"),
-    [(("cpu=4,gres/gpu=3",), 3), (("cpu=4,gres/gpu:h100=2",), 2), (("", "gres:gpu:4"), 4),
-     (("", "", "gres:gpu:h100:2", 3), 6), (("cpu=4",), 0), (("", "", "gres:gpu:2(S:0)", 1), 2)],
-)  # fmt: skip
+    [
+        (("cpu=4,gres/gpu=3",), 3),
+        (("cpu=4,gres/gpu:h100=2",), 2),
+        (("", "gres:gpu:4"), 4),
+        (("", "", "gres:gpu:h100:2", 3), 6),
+        (("cpu=4",), 0),
+        (("", "", "gres:gpu:2(S:0)", 1), 2),
+    ],
+)
 def test_gpus_requested(args: tuple[object, ...], gpus: int) -> None:
     assert parse.gpus_requested(*args) == gpus  # type: ignore[arg-type]

@@ -87,9 +87,15 @@ class GpuJobs:
     gpu_power_integral: float = 0.0  # the whole GPU's, since the last energy apportioning
 
     def integrate(
-        self, holders: Mapping[JobKey, float], *, dt: float, busy: float, power: float | None,
-        now: float, energy_from_power: bool,
-    ) -> None:  # fmt: skip
+        self,
+        holders: Mapping[JobKey, float],
+        *,
+        dt: float,
+        busy: float,
+        power: float | None,
+        now: float,
+        energy_from_power: bool,
+    ) -> None:
         for c in self.jobs.values():
             c.holding = False
         p = power or 0.0

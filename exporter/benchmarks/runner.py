@@ -72,11 +72,19 @@ class BenchRunner:
         if rdzv is None:
             return [self.python, "-m", "exporter.benchmarks.launch", "--plan", str(plan_path)]
         return [
-            self.python, "-m", "torch.distributed.run",
-            f"--nnodes={rdzv.nnodes}", f"--nproc-per-node={rdzv.nproc_per_node}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv.endpoint}", f"--rdzv-id={rdzv.run_id}",
-            "-m", "exporter.benchmarks.worker", "--plan", str(plan_path),
-        ]  # fmt: skip
+            self.python,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={rdzv.nnodes}",
+            f"--nproc-per-node={rdzv.nproc_per_node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv.endpoint}",
+            f"--rdzv-id={rdzv.run_id}",
+            "-m",
+            "exporter.benchmarks.worker",
+            "--plan",
+            str(plan_path),
+        ]
 
     def run(
         self,
@@ -92,9 +100,13 @@ class BenchRunner:
             plan.save(plan_path)
             with open(Path(tmp) / "stderr", "w+") as err:
                 proc = subprocess.Popen(
-                    self.command(plan_path, rdzv), stdout=subprocess.PIPE, stderr=err, text=True,
-                    start_new_session=True, cwd=tmp,
-                )  # fmt: skip
+                    self.command(plan_path, rdzv),
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                    start_new_session=True,
+                    cwd=tmp,
+                )
                 with self._lock:
                     self._proc = proc
                     self.children_started += 1

@@ -97,8 +97,13 @@ class BenchScheduler:
             self._store(self.state.skipped(self.settings.benches, time.time()))
             return None
         plan = self.plan()
-        log.info("benchmark round starting: %s on %d %s ranks (timeout %.0f s)",
-                 "+".join(plan.benches), plan.world_size, plan.backend, self.settings.timeout)  # fmt: skip
+        log.info(
+            "benchmark round starting: %s on %d %s ranks (timeout %.0f s)",
+            "+".join(plan.benches),
+            plan.world_size,
+            plan.backend,
+            self.settings.timeout,
+        )
         outcome = self.runner.run(plan, self.settings.timeout, self._event)
         self._store(self.state.record(outcome))
         summary = ", ".join(f"{b} {s}" for b, s in outcome.status.items())

@@ -58,9 +58,16 @@ class BenchState:
                     self._latest[bench] = result
                 data = json.dumps(plain(result)) if result is not None else outcome.result.errors.get(bench)
                 records.append(
-                    BenchRecord(finished, bench, status, outcome.durations.get(bench), outcome.plan.backend,
-                                outcome.plan.world_size, data)
-                )  # fmt: skip
+                    BenchRecord(
+                        finished,
+                        bench,
+                        status,
+                        outcome.durations.get(bench),
+                        outcome.plan.backend,
+                        outcome.plan.world_size,
+                        data,
+                    )
+                )
         return records
 
     def skipped(self, benches: Iterable[str], at: float) -> list[BenchRecord]:

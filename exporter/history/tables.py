@@ -53,14 +53,21 @@ def insert_minutes(db: sqlite3.Connection, rows: Sequence[MinuteRow], hostname: 
     for r in rows:
         _, first, last = seen.get(r.info.uuid, (r, r.minute, r.minute))
         seen[r.info.uuid] = (r, min(first, r.minute), max(last, r.minute))
-    db.executemany(_UPSERT_GPU, [(u, hostname, r.info.index, r.info.model, r.info.pci_bus_id, first, last)
-                                 for u, (r, first, last) in seen.items()])  # fmt: skip
+    db.executemany(
+        _UPSERT_GPU,
+        [
+            (u, hostname, r.info.index, r.info.model, r.info.pci_bus_id, first, last)
+            for u, (r, first, last) in seen.items()
+        ],
+    )
     db.executemany(_UPSERT_MINUTE, [(r.info.uuid, r.minute, *(r.values.get(f) for f in ROLLUP_FIELDS)) for r in rows])
 
 
 def insert_job_minutes(db: sqlite3.Connection, rows: Sequence[JobMinuteRow]) -> None:
-    db.executemany(_UPSERT_JOB_MINUTE, [(r.uuid, r.minute, *r.job.labels(), r.sampled_seconds, r.busy_seconds,
-                                         r.energy_joules) for r in rows])  # fmt: skip
+    db.executemany(
+        _UPSERT_JOB_MINUTE,
+        [(r.uuid, r.minute, *r.job.labels(), r.sampled_seconds, r.busy_seconds, r.energy_joules) for r in rows],
+    )
 
 
 def insert_bench(db: sqlite3.Connection, records: Sequence[BenchRecord]) -> None:
@@ -75,9 +82,25 @@ def insert_jobs(db: sqlite3.Connection, jobs: Sequence[FinishedJob]) -> None:
     db.executemany(
         "INSERT OR REPLACE INTO jobs (cluster, job_id, name, user, partition, state, submit, eligible, start, end, "
         "gpus, exit_code, restarts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(j.cluster, j.job_id, j.name, j.user, j.partition, j.state, j.submit, j.eligible, j.start, j.end, j.gpus,
-          j.exit_code, j.restarts) for j in jobs],
-    )  # fmt: skip
+        [
+            (
+                j.cluster,
+                j.job_id,
+                j.name,
+                j.user,
+                j.partition,
+                j.state,
+                j.submit,
+                j.eligible,
+                j.start,
+                j.end,
+                j.gpus,
+                j.exit_code,
+                j.restarts,
+            )
+            for j in jobs
+        ],
+    )
 
 
 def delete_before(db: sqlite3.Connection, cutoff: float) -> int:

@@ -124,9 +124,12 @@ def idle_status(gpus: list[TrackedGpu], window: float, now: float) -> tuple[bool
 
 
 def watch_xids(
-    reader: Reader, stop: threading.Event, up: Callable[[], bool], errors: ErrorBook,
+    reader: Reader,
+    stop: threading.Event,
+    up: Callable[[], bool],
+    errors: ErrorBook,
     record: Callable[[list[XidEvent]], None],
-) -> None:  # fmt: skip
+) -> None:
     """The XID watcher thread: block on the reader's event set, one second at a time, until
     ``stop``; hand events to ``record``. Ends quietly where events cannot be watched."""
     while not stop.is_set():

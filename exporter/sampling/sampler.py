@@ -168,8 +168,9 @@ class Sampler:
         pod = self.attribution.pod_of(g.info.uuid) if self.attribution is not None else None
         holders = shares(r.procs, owners, r.proc_util, pod)
         if dt is not None and r.busy is not None:
-            g.jobs.integrate(holders, dt=dt, busy=r.busy, power=r.gauges.power_watts, now=now,
-                             energy_from_power=g.energy_from_power)  # fmt: skip
+            g.jobs.integrate(
+                holders, dt=dt, busy=r.busy, power=r.gauges.power_watts, now=now, energy_from_power=g.energy_from_power
+            )
         else:
             g.jobs.seen(holders, now)
         g.jobs.expire(now, self.opt.job_grace)

@@ -13,8 +13,9 @@ class SourceError(RuntimeError):
 
 def run(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> str:
     try:
-        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=dict(env or os.environ),
-                             errors="replace")  # fmt: skip
+        res = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=dict(env or os.environ), errors="replace"
+        )
     except FileNotFoundError as e:
         raise SourceError(f"{argv[0]}: not found") from e
     except subprocess.TimeoutExpired as e:

@@ -81,20 +81,26 @@ def squeue_json(text: str) -> list[QueueJob]:
     for j in data.get("jobs", []):
         nodes = j.get("node_count")
         nodes = int(_num(nodes) or 1)
-        out.append(QueueJob(
-            job_id=str(j.get("job_id", "")),
-            name=str(j.get("name", "")),
-            user=str(j.get("user_name") or j.get("user_id", "")),
-            partition=str(j.get("partition", "")),
-            state=_state(j.get("job_state")),
-            reason=str(j.get("state_reason", "")),
-            submit=_num(j.get("submit_time")),
-            eligible=_num(j.get("eligible_time")),
-            start=_num(j.get("start_time")),
-            gpus=gpus_requested(str(j.get("tres_req_str") or ""), str(j.get("tres_per_job") or ""),
-                                str(j.get("tres_per_node") or ""), nodes),
-            restarts=int(_num(j.get("restart_cnt")) or 0),
-        ))  # fmt: skip
+        out.append(
+            QueueJob(
+                job_id=str(j.get("job_id", "")),
+                name=str(j.get("name", "")),
+                user=str(j.get("user_name") or j.get("user_id", "")),
+                partition=str(j.get("partition", "")),
+                state=_state(j.get("job_state")),
+                reason=str(j.get("state_reason", "")),
+                submit=_num(j.get("submit_time")),
+                eligible=_num(j.get("eligible_time")),
+                start=_num(j.get("start_time")),
+                gpus=gpus_requested(
+                    str(j.get("tres_req_str") or ""),
+                    str(j.get("tres_per_job") or ""),
+                    str(j.get("tres_per_node") or ""),
+                    nodes,
+                ),
+                restarts=int(_num(j.get("restart_cnt")) or 0),
+            )
+        )
     return out
 
 
@@ -109,19 +115,51 @@ def squeue_text(text: str) -> list[QueueJob]:
         if len(parts) < 10:
             continue
         job_id, partition, state, reason, submit, start, user, gres, nodes, name = parts
-        out.append(QueueJob(
-            job_id=job_id.strip(), name=name, user=user, partition=partition, state=state, reason=reason,
-            submit=local_time(submit), eligible=None, start=local_time(start),
-            gpus=gpus_requested(per_node=gres, nodes=int(nodes) if nodes.strip().isdigit() else 1), restarts=0,
-        ))  # fmt: skip
+        out.append(
+            QueueJob(
+                job_id=job_id.strip(),
+                name=name,
+                user=user,
+                partition=partition,
+                state=state,
+                reason=reason,
+                submit=local_time(submit),
+                eligible=None,
+                start=local_time(start),
+                gpus=gpus_requested(per_node=gres, nodes=int(nodes) if nodes.strip().isdigit() else 1),
+                restarts=0,
+            )
+        )
     return out
 
 
 JOBCOMP_KEYS = (
-    "JobId", "UserId", "GroupId", "Name", "JobState", "Partition", "TimeLimit", "StartTime", "EndTime",
-    "NodeList", "NodeCnt", "ProcCnt", "WorkDir", "ReservationName", "Tres", "Account", "QOS", "WcKey",
-    "Cluster", "SubmitTime", "EligibleTime", "ArrayJobId", "ArrayTaskId", "DerivedExitCode", "ExitCode",
-)  # fmt: skip
+    "JobId",
+    "UserId",
+    "GroupId",
+    "Name",
+    "JobState",
+    "Partition",
+    "TimeLimit",
+    "StartTime",
+    "EndTime",
+    "NodeList",
+    "NodeCnt",
+    "ProcCnt",
+    "WorkDir",
+    "ReservationName",
+    "Tres",
+    "Account",
+    "QOS",
+    "WcKey",
+    "Cluster",
+    "SubmitTime",
+    "EligibleTime",
+    "ArrayJobId",
+    "ArrayTaskId",
+    "DerivedExitCode",
+    "ExitCode",
+)
 _KEY = re.compile(r"(?:^| )(" + "|".join(JOBCOMP_KEYS) + r")=")
 
 
@@ -150,11 +188,19 @@ def jobcomp_line(line: str) -> FinishedJob | None:
         start = None  # cancelled while pending: Slurm writes StartTime = EndTime, it never ran
     return FinishedJob(
         cluster=f.get("Cluster", "") if f.get("Cluster") != "unknown" else "",
-        job_id=f["JobId"], name=f.get("Name", ""), user=_user(f.get("UserId", "")),
-        partition=f.get("Partition", ""), state=state, submit=local_time(f.get("SubmitTime", "")),
-        eligible=local_time(f.get("EligibleTime", "")), start=start, end=end,
-        gpus=gpus_requested(f.get("Tres", "")), exit_code=f.get("ExitCode", ""), restarts=0,
-    )  # fmt: skip
+        job_id=f["JobId"],
+        name=f.get("Name", ""),
+        user=_user(f.get("UserId", "")),
+        partition=f.get("Partition", ""),
+        state=state,
+        submit=local_time(f.get("SubmitTime", "")),
+        eligible=local_time(f.get("EligibleTime", "")),
+        start=start,
+        end=end,
+        gpus=gpus_requested(f.get("Tres", "")),
+        exit_code=f.get("ExitCode", ""),
+        restarts=0,
+    )
 
 
 SACCT_SEP = "\x1f"  # ASCII unit separator: no job name has one
@@ -175,9 +221,21 @@ def sacct(text: str) -> list[FinishedJob]:
         state = state.split(" ", 1)[0]
         if state == states.CANCELLED and start_t is not None and start_t >= end_t and not tres:
             start_t = None  # cancelled while pending
-        out.append(FinishedJob(
-            cluster=cluster, job_id=job_id, name=name, user=user, partition=partition, state=state,
-            submit=local_time(submit), eligible=local_time(eligible), start=start_t, end=end_t,
-            gpus=gpus_requested(tres), exit_code=exit_code, restarts=int(restarts) if restarts.isdigit() else 0,
-        ))  # fmt: skip
+        out.append(
+            FinishedJob(
+                cluster=cluster,
+                job_id=job_id,
+                name=name,
+                user=user,
+                partition=partition,
+                state=state,
+                submit=local_time(submit),
+                eligible=local_time(eligible),
+                start=start_t,
+                end=end_t,
+                gpus=gpus_requested(tres),
+                exit_code=exit_code,
+                restarts=int(restarts) if restarts.isdigit() else 0,
+            )
+        )
     return out

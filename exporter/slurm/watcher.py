@@ -192,8 +192,9 @@ class SlurmWatcher:
             self._pending, self._pending_gpus, self._running, self._oldest = pending, gpus, running, oldest
             self._prune(now)
 
-    def _observe_start(self, job_id: str, partition: str, submit: float | None, eligible: float | None,
-                       start: float, now: float) -> None:  # fmt: skip
+    def _observe_start(
+        self, job_id: str, partition: str, submit: float | None, eligible: float | None, start: float, now: float
+    ) -> None:
         """Caller holds the lock. Once per (job, submit time): a requeued job keeps its submit
         time, so only its first start is a wait sample."""
         key = (job_id, submit)
@@ -283,9 +284,22 @@ class SlurmWatcher:
 
     def _poll_sacct(self) -> None:
         now = self._clock()
-        argv = [self.s.sacct, "-a", "-X", "-n", "-P", f"--delimiter={parse.SACCT_SEP}", "-o", parse.SACCT_FIELDS,
-                "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._sacct_since)),
-                "-E", "now", "-s", ",".join(states.FINISHED)]  # fmt: skip
+        argv = [
+            self.s.sacct,
+            "-a",
+            "-X",
+            "-n",
+            "-P",
+            f"--delimiter={parse.SACCT_SEP}",
+            "-o",
+            parse.SACCT_FIELDS,
+            "-S",
+            time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self._sacct_since)),
+            "-E",
+            "now",
+            "-s",
+            ",".join(states.FINISHED),
+        ]
         try:
             records = parse.sacct(run(argv, self.s.command_timeout, self._env))
         except SourceError as e:

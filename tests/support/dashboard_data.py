@@ -64,24 +64,40 @@ def write_extras(f: Fleet, out: IO[str], step: int = 60) -> None:
     for n, (host, dev) in enumerate(f.devices):
         base = {"instance": f"{host}:10044", "job": job, "gpu": str(dev.index), "uuid": dev.uuid}
         for direction, rate in (("tx", 2e9), ("rx", 5e8)):
-            _series(out, "gpuledger_gpu_pcie_throughput_bytes_per_second", {**base, "direction": direction},
-                    ((t, rate * (1 + 0.1 * math.sin(t / 600))) for t in times))  # fmt: skip
+            _series(
+                out,
+                "gpuledger_gpu_pcie_throughput_bytes_per_second",
+                {**base, "direction": direction},
+                ((t, rate * (1 + 0.1 * math.sin(t / 600))) for t in times),
+            )
         for cause, rows in (("correctable", n % 2), ("uncorrectable", 0)):
             _series(out, "gpuledger_gpu_remapped_rows", {**base, "cause": cause}, ((t, rows) for t in times))
         _series(out, "gpuledger_gpu_row_remap_pending", base, ((t, 0.0) for t in times))
         _series(out, "gpuledger_gpu_row_remap_failed", base, ((t, 0.0) for t in times))
         if n == 1:  # one GPU had two XID 79 events (fell off the bus) this day
             first, second = times[len(times) // 3], times[2 * len(times) // 3]
-            _series(out, "gpuledger_gpu_xid_errors_total", {**base, "xid": "79"},
-                    ((t, 1.0 if t < second else 2.0) for t in times if t >= first))  # fmt: skip
+            _series(
+                out,
+                "gpuledger_gpu_xid_errors_total",
+                {**base, "xid": "79"},
+                ((t, 1.0 if t < second else 2.0) for t in times if t >= first),
+            )
         for key, a, b in f.job_minutes.get(dev.uuid, []):
             labels = {**base, "job_id": key.job_id, "user": key.user, "pod": "", "namespace": "", "container": ""}
-            _series(out, "gpuledger_gpu_job_info", labels,
-                    ((t, 1.0) for t in times if w.start + a * step <= t < w.start + b * step))  # fmt: skip
+            _series(
+                out,
+                "gpuledger_gpu_job_info",
+                labels,
+                ((t, 1.0) for t in times if w.start + a * step <= t < w.start + b * step),
+            )
     for i, host in enumerate(sorted({h for h, _ in f.devices})):
         node = {"instance": f"{host}:10044", "job": job}
-        _series(out, "gpuledger_reader_errors_total", {**node, "call": "pcie_throughput"},
-                ((t, float(k // 240 + i)) for k, t in enumerate(times)))  # fmt: skip
+        _series(
+            out,
+            "gpuledger_reader_errors_total",
+            {**node, "call": "pcie_throughput"},
+            ((t, float(k // 240 + i)) for k, t in enumerate(times)),
+        )
         _series(out, "gpuledger_history_rows_written_total", node, ((t, 2.0 * k) for k, t in enumerate(times)))
         _series(out, "gpuledger_history_write_errors_total", node, ((t, 0.0) for t in times))
     _queue(f, out, times, job)
@@ -100,8 +116,12 @@ def _queue(f: Fleet, out: IO[str], times: list[float], job: str) -> None:
             return [j.submit for j in jobs if j.submit <= t < (j.start if j.start is not None else j.end)]
 
         _series(out, "gpuledger_queue_pending_jobs", lab, ((t, float(len(pending(t)))) for t in times))
-        _series(out, "gpuledger_queue_oldest_pending_seconds", lab,
-                ((t, max((t - s for s in pending(t)), default=0.0)) for t in times))  # fmt: skip
+        _series(
+            out,
+            "gpuledger_queue_oldest_pending_seconds",
+            lab,
+            ((t, max((t - s for s in pending(t)), default=0.0)) for t in times),
+        )
         _series(
             out,
             "gpuledger_queue_running_jobs",
@@ -112,13 +132,24 @@ def _queue(f: Fleet, out: IO[str], times: list[float], job: str) -> None:
         waits = sorted((j.start, 0.8 * (j.start - j.submit)) for j in jobs if j.start is not None)
         for le in (*WAIT_BUCKETS, math.inf):
             under = [s for s, wt in waits if wt <= le]
-            _series(out, "gpuledger_queue_eligible_wait_seconds_bucket",
-                    {**lab, "le": "+Inf" if le == math.inf else f"{le:g}"},
-                    ((t, float(sum(1 for s in under if s <= t))) for t in times))  # fmt: skip
-        _series(out, "gpuledger_queue_eligible_wait_seconds_count", lab,
-                ((t, float(sum(1 for s, _ in waits if s <= t))) for t in times))  # fmt: skip
-        _series(out, "gpuledger_queue_eligible_wait_seconds_sum", lab,
-                ((t, sum(wt for s, wt in waits if s <= t)) for t in times))  # fmt: skip
+            _series(
+                out,
+                "gpuledger_queue_eligible_wait_seconds_bucket",
+                {**lab, "le": "+Inf" if le == math.inf else f"{le:g}"},
+                ((t, float(sum(1 for s in under if s <= t))) for t in times),
+            )
+        _series(
+            out,
+            "gpuledger_queue_eligible_wait_seconds_count",
+            lab,
+            ((t, float(sum(1 for s, _ in waits if s <= t))) for t in times),
+        )
+        _series(
+            out,
+            "gpuledger_queue_eligible_wait_seconds_sum",
+            lab,
+            ((t, sum(wt for s, wt in waits if s <= t)) for t in times),
+        )
 
 
 def _bench(f: Fleet, out: IO[str], times: list[float], job: str) -> None:
@@ -135,8 +166,12 @@ def _bench(f: Fleet, out: IO[str], times: list[float], job: str) -> None:
         size = 1 << (20 + k)
         busbw = 170e9 * size / (size + (64 << 20))
         _series(out, "gpuledger_bench_allreduce_busbw_bytes_per_second", {**ar, "size_bytes": str(size)}, after(busbw))
-        _series(out, "gpuledger_bench_allreduce_algbw_bytes_per_second", {**ar, "size_bytes": str(size)},
-                after(busbw / 1.75))  # fmt: skip
+        _series(
+            out,
+            "gpuledger_bench_allreduce_algbw_bytes_per_second",
+            {**ar, "size_bytes": str(size)},
+            after(busbw / 1.75),
+        )
     _series(out, "gpuledger_bench_allreduce_average_busbw_bytes_per_second", ar, after(95e9))
     _series(out, "gpuledger_bench_allreduce_wrong_elements", ar, after(0.0))
     speed = {1: 1.0, 2: 1.92, 4: 3.61, 8: 6.55}
@@ -146,8 +181,12 @@ def _bench(f: Fleet, out: IO[str], times: list[float], job: str) -> None:
         _series(out, "gpuledger_bench_train_mfu_ratio", tr, after(0.42 * s / n))
         _series(out, "gpuledger_bench_train_allreduce_share_ratio", tr, after(0.0 if n == 1 else 1 - s / n))
         for overlap, extra in (("none", 0.85), ("full", 0.97)):
-            _series(out, "gpuledger_bench_train_predicted_speedup_ratio", {**tr, "overlap": overlap},
-                    after(1.0 if n == 1 else n * extra))  # fmt: skip
+            _series(
+                out,
+                "gpuledger_bench_train_predicted_speedup_ratio",
+                {**tr, "overlap": overlap},
+                after(1.0 if n == 1 else n * extra),
+            )
     _series(out, "gpuledger_bench_matmul_flops_per_second", {**node, "dtype": "bf16"}, after(659e12))
     for kind, bw in (("d2d", 3.9e12), ("h2d", 5.5e10), ("d2h", 5.3e10)):
         _series(out, "gpuledger_bench_memcpy_bytes_per_second", {**node, "kind": kind}, after(bw))
@@ -155,10 +194,19 @@ def _bench(f: Fleet, out: IO[str], times: list[float], job: str) -> None:
         _series(out, "gpuledger_bench_duration_seconds", {**node, "bench": bench}, after(12.0))
         for result in ("ok", "failed", "timeout", "skipped_busy"):
             lab = {**node, "bench": bench, "result": result}
-            happened = {"ok": [] if bench == "memcpy" else rounds, "failed": rounds if bench == "memcpy" else [],
-                        "timeout": [], "skipped_busy": [r - 3600 for r in rounds]}[result]  # fmt: skip
-            _series(out, "gpuledger_bench_runs_total", lab,
-                    ((t, float(sum(1 for r in happened if r <= t))) for t in times))  # fmt: skip
+            happened = {
+                "ok": [] if bench == "memcpy" else rounds,
+                "failed": rounds if bench == "memcpy" else [],
+                "timeout": [],
+                "skipped_busy": [r - 3600 for r in rounds],
+            }[result]
+            _series(
+                out, "gpuledger_bench_runs_total", lab, ((t, float(sum(1 for r in happened if r <= t))) for t in times)
+            )
             if happened:
-                _series(out, "gpuledger_bench_last_run_timestamp_seconds", lab,
-                        ((t, max(r for r in happened if r <= t)) for t in times if t >= happened[0]))  # fmt: skip
+                _series(
+                    out,
+                    "gpuledger_bench_last_run_timestamp_seconds",
+                    lab,
+                    ((t, max(r for r in happened if r <= t)) for t in times if t >= happened[0]),
+                )

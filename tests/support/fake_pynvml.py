@@ -126,8 +126,10 @@ class FakeNvml:
         self._check("nvmlDeviceGetProcessUtilization")
         if isinstance(REC["proc_util"], str):
             raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
-        return [SimpleNamespace(pid=p, smUtil=sm, memUtil=mem, timeStamp=ts, encUtil=0, decUtil=0)
-                for p, sm, mem, ts in REC["proc_util"] * 2]  # two samples per process  # fmt: skip
+        return [
+            SimpleNamespace(pid=p, smUtil=sm, memUtil=mem, timeStamp=ts, encUtil=0, decUtil=0)
+            for p, sm, mem, ts in REC["proc_util"] * 2
+        ]  # two samples per process
 
     def nvmlDeviceGetTotalEccErrors(self, h: int, kind: int, counter: int) -> int:
         self._check("nvmlDeviceGetTotalEccErrors")

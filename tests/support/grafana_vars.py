@@ -13,9 +13,26 @@ SCRAPE_S = 15.0  # the datasource's timeInterval: what Grafana assumes for $__ra
 RANGE_S = 86400.0  # the dashboards are viewed over the last 24 hours
 PX_PER_COLUMN = 75  # maxDataPoints: Grafana uses the panel's width in pixels
 # Grafana's kbn.roundInterval, in seconds: (below, rounded to)
-ROUND = ((1.5, 1), (3.5, 2), (7.5, 5), (12.5, 10), (17.5, 15), (25, 20), (45, 30), (90, 60), (210, 120),
-         (450, 300), (900, 600), (1200, 900), (2700, 1200), (5400, 1800), (9000, 3600), (16200, 7200),
-         (32400, 10800), (86400, 21600))  # fmt: skip
+ROUND = (
+    (1.5, 1),
+    (3.5, 2),
+    (7.5, 5),
+    (12.5, 10),
+    (17.5, 15),
+    (25, 20),
+    (45, 30),
+    (90, 60),
+    (210, 120),
+    (450, 300),
+    (900, 600),
+    (1200, 900),
+    (2700, 1200),
+    (5400, 1800),
+    (9000, 3600),
+    (16200, 7200),
+    (32400, 10800),
+    (86400, 21600),
+)
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -32,9 +49,14 @@ def builtins(panel: Json) -> dict[str, str]:
     minimum = seconds(panel["interval"]) if panel.get("interval") else SCRAPE_S
     interval = max(round_interval(RANGE_S / (panel["gridPos"]["w"] * PX_PER_COLUMN)), minimum)
     rate = max(interval + SCRAPE_S, 4 * SCRAPE_S)
-    return {"__interval": f"{interval:.0f}s", "__interval_ms": f"{interval * 1000:.0f}",
-            "__rate_interval": f"{rate:.0f}s", "__range": f"{RANGE_S:.0f}s", "__range_s": f"{RANGE_S:.0f}",
-            "__range_ms": f"{RANGE_S * 1000:.0f}"}  # fmt: skip
+    return {
+        "__interval": f"{interval:.0f}s",
+        "__interval_ms": f"{interval * 1000:.0f}",
+        "__rate_interval": f"{rate:.0f}s",
+        "__range": f"{RANGE_S:.0f}s",
+        "__range_s": f"{RANGE_S:.0f}",
+        "__range_ms": f"{RANGE_S * 1000:.0f}",
+    }
 
 
 VAR = re.compile(r"\$\{([A-Za-z_]\w*)(?::\w+)?\}|\$([A-Za-z_]\w*)|\[\[([A-Za-z_]\w*)\]\]")  # not $1

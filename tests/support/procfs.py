@@ -33,8 +33,16 @@ K8S_CGROUPFS_V2_GUARANTEED = "0::/kubepods/podc0ffee00-1111-2222-3333-4444555566
 PLAIN_USER = "0::/user.slice/user-1002.slice/session-3.scope\n"
 
 
-def make_proc(root: Path, pid: int, *, uid: int, cgroup: str, environ: dict[str, str] | None = None,
-              start: int = 1000, status: bool = True) -> None:  # fmt: skip
+def make_proc(
+    root: Path,
+    pid: int,
+    *,
+    uid: int,
+    cgroup: str,
+    environ: dict[str, str] | None = None,
+    start: int = 1000,
+    status: bool = True,
+) -> None:
     d = root / str(pid)
     d.mkdir(parents=True, exist_ok=True)
     # the command name may hold spaces and parentheses: fields count from the last ')'

@@ -81,10 +81,19 @@ class PrometheusServer:
         ones (the head accepts nothing older than the newest block)."""
         promtool = require_binary("promtool")
         subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h", str(openmetrics),
-             str(workdir / "data")],
-            check=True, capture_output=True, timeout=600,
-        )  # fmt: skip
+            [
+                promtool,
+                "tsdb",
+                "create-blocks-from",
+                "openmetrics",
+                "--max-block-duration=24h",
+                str(openmetrics),
+                str(workdir / "data"),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         return cls(workdir, targets, scrape_interval, retention="10y", jobs=jobs)
 
     def stop(self) -> None:

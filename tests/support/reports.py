@@ -36,13 +36,27 @@ def cost_row(group: str, key: str, gpus: int, util: float, rate: float, coverage
     hardware = available * rate
     total = hardware + energy * ENERGY_PRICE
     allocated = None if group in ("job", "user") else min(sampled, busy * 1.25)
-    return CostRow(group=group, key=key, gpus=gpus, available_gpu_hours=available, sampled_gpu_hours=sampled,
-                   busy_gpu_hours=busy, sm_active_gpu_hours=busy * 0.71, useful_gpu_hours=busy, utilization=util,
-                   sm_activity=0.71 * util, allocated_gpu_hours=allocated,
-                   allocated_idle_gpu_hours=None if allocated is None else allocated - busy, energy_kwh=energy,
-                   energy_cost=energy * ENERGY_PRICE, hardware_cost=hardware, total_cost=total,
-                   cost_per_useful_gpu_hour=total / busy, idle_cost=total * (1 - busy / available),
-                   coverage=coverage)  # fmt: skip
+    return CostRow(
+        group=group,
+        key=key,
+        gpus=gpus,
+        available_gpu_hours=available,
+        sampled_gpu_hours=sampled,
+        busy_gpu_hours=busy,
+        sm_active_gpu_hours=busy * 0.71,
+        useful_gpu_hours=busy,
+        utilization=util,
+        sm_activity=0.71 * util,
+        allocated_gpu_hours=allocated,
+        allocated_idle_gpu_hours=None if allocated is None else allocated - busy,
+        energy_kwh=energy,
+        energy_cost=energy * ENERGY_PRICE,
+        hardware_cost=hardware,
+        total_cost=total,
+        cost_per_useful_gpu_hour=total / busy,
+        idle_cost=total * (1 - busy / available),
+        coverage=coverage,
+    )
 
 
 def sample_report(hostile: bool = True) -> Report:
@@ -98,11 +112,28 @@ def sample_report(hostile: bool = True) -> Report:
         Delta("energy_kwh", fleet.energy_kwh, None, None),
     ]
     return Report(
-        week=window.label, start=window.start, end=window.end, timezone=window.timezone,
-        generated_at=window.end + 6 * 3600, currency="USD", useful_measure="busy", source="prometheus",
-        approximations=[f"queue waits in {partition} estimated from histogram buckets"], example_prices=True,
-        complete=False, incomplete_reasons=list(REASONS), coverage=fleet.coverage, fleet=fleet, rows=rows,
-        daily=daily, queue=queue, failures=failures, benchmarks=benchmarks, multi_gpu=verdicts, rent_vs_buy=rent,
-        deltas=deltas, notes=["prices from the example rule", HOSTILE_NOTE if hostile else "no notes"],
+        week=window.label,
+        start=window.start,
+        end=window.end,
+        timezone=window.timezone,
+        generated_at=window.end + 6 * 3600,
+        currency="USD",
+        useful_measure="busy",
+        source="prometheus",
+        approximations=[f"queue waits in {partition} estimated from histogram buckets"],
+        example_prices=True,
+        complete=False,
+        incomplete_reasons=list(REASONS),
+        coverage=fleet.coverage,
+        fleet=fleet,
+        rows=rows,
+        daily=daily,
+        queue=queue,
+        failures=failures,
+        benchmarks=benchmarks,
+        multi_gpu=verdicts,
+        rent_vs_buy=rent,
+        deltas=deltas,
+        notes=["prices from the example rule", HOSTILE_NOTE if hostile else "no notes"],
         prices=[PriceRow(host, "NVIDIA H200", "owned", 4, 1.14, False, True) for host in ("gpu-a", HOSTILE_HOST)],
-    )  # fmt: skip
+    )

@@ -73,9 +73,19 @@ PartitionName=gpu Nodes=node1 Default=YES MaxTime=INFINITE State=UP
         )
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         log = self._log = (workdir / "log" / "daemons.log").open("w")
-        self._start(["munged", "-F", f"--socket={self.socket}", f"--key-file={key}",
-                     f"--pid-file={workdir}/munged.pid", f"--log-file={workdir}/log/munged.log",
-                     f"--seed-file={workdir}/munged.seed", "--force"], log)  # fmt: skip
+        self._start(
+            [
+                "munged",
+                "-F",
+                f"--socket={self.socket}",
+                f"--key-file={key}",
+                f"--pid-file={workdir}/munged.pid",
+                f"--log-file={workdir}/log/munged.log",
+                f"--seed-file={workdir}/munged.seed",
+                "--force",
+            ],
+            log,
+        )
         if not wait_until(self.socket.exists, 10):
             self.stop()
             raise AssertionError("munged did not start")
