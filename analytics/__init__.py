@@ -1,1 +1,1 @@
-"""gpuledger analytics: weekly utilisation, queue-time and cost reports (issue 5; not built yet)."""
+"""gpuledger analytics: weekly utilisation, queue-time and cost reports from the exporter's history or Prometheus."""

@@ -21,6 +21,7 @@ from analytics.pipeline import make_report, make_source, out_dir
 from analytics.sources import SourceUnavailable
 from analytics.week_data import Window, iso_week, last_full_week
 from daemonkit.settings import ConfigError, load_settings
+from daemonkit.signals import wait_for_signal
 
 log = logging.getLogger("gpuledger.analytics")
 
@@ -163,12 +164,6 @@ def _logging(level: str) -> None:
     from daemonkit.logs import setup_logging
 
     setup_logging(level)
-
-
-def wait_for_signal(seconds: float | None = None) -> None:
-    from exporter.app import wait_for_signal as wait
-
-    wait(seconds)
 
 
 def _pct(v: float | None) -> str:

@@ -10,11 +10,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from analytics.cost import CostModel
+from analytics.report.output import FORMATS
 from daemonkit import crontab
 from daemonkit.settings import check_timezone, split_listen
 from exporter.config import Settings
-
-FORMATS = ("html", "json", "csv", "md")
 
 
 class _Section(BaseModel):

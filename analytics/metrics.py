@@ -100,7 +100,8 @@ REPORT_METRICS: tuple[ReportMetric, ...] = (
                  ("partition", "stat"), _queue),
     ReportMetric("gpuledger_report_queue_jobs_started", "Jobs started in the window.", ("partition",),
                  lambda r: (((q.partition,), float(q.jobs_started)) for q in r.queue)),
-    ReportMetric("gpuledger_report_jobs", "Jobs that ended in the window, by state (and requeues).",
+    ReportMetric("gpuledger_report_jobs", "Jobs that ended in the window by state class (exporter/slurm/states.py): "
+                 "COMPLETED, FAILED (every failed state but TIMEOUT), CANCELLED, TIMEOUT, other; and requeued.",
                  ("partition", "state"), _failures),
     ReportMetric("gpuledger_report_failed_gpu_hours", "GPU-hours of jobs that failed or timed out.", ("partition",),
                  lambda r: (((f.partition,), f.failed_gpu_hours) for f in r.failures

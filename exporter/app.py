@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import signal
 import sqlite3
 import ssl
-import threading
 from collections.abc import Callable, Iterator
-from types import FrameType
 
 from daemonkit.http import MetricsServer, WebOptions, serve
 from daemonkit.settings import ConfigError, split_listen
+from daemonkit.signals import wait_for_signal
 from exporter import __version__
 from exporter.attribution.attributor import Attribution, kubelet_socket
 from exporter.attribution.kubelet import DEFAULT_SOCKET
@@ -212,16 +210,3 @@ def run(settings: Settings, reader: Reader | None = None) -> int:
     wait_for_signal()
     exp.stop()
     return 0
-
-
-def wait_for_signal(seconds: float | None = None) -> None:
-    """Block until SIGTERM or SIGINT (or ``seconds`` pass)."""
-    done = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: stopping", signum)
-        done.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    done.wait(seconds)

@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 from analytics import synthetic
-from analytics.cli import STARTUP_ERRORS, full_settings, start_error, wait_for_signal
+from analytics.cli import STARTUP_ERRORS, full_settings, start_error
 from analytics.week_data import Window, last_full_week
+from daemonkit.signals import wait_for_signal
 
 WEEK = 7 * 86400
 

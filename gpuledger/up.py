@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 
-from analytics.cli import STARTUP_ERRORS, full_settings, start_error, wait_for_signal
+from analytics.cli import STARTUP_ERRORS, full_settings, start_error
 from analytics.config import FullSettings
 from daemonkit.settings import ConfigError
+from daemonkit.signals import wait_for_signal
 from exporter import cli as exporter_cli
 from exporter.config import default_history_path
 from exporter.readers import Reader

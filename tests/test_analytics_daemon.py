@@ -140,8 +140,8 @@ def test_reports_are_served_and_nothing_else(daemon: Analytics, folder: Path) ->
 
 def test_a_failing_source_is_counted_and_the_rest_keeps_serving(folder: Path, tmp_path: Path) -> None:
     s = _settings(folder, source="prometheus", reports_dir=tmp_path / "r")
-    s.prometheus.url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    s.prometheus.retries = 0
+    dead = s.prometheus.model_copy(update={"url": f"http://127.0.0.1:{free_port()}", "retries": 0})  # nothing listens
+    s = s.model_copy(update={"prometheus": dead})
     a = Analytics(s)
     a.start()
     try:

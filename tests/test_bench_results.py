@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from exporter.benchmarks import report
-from exporter.benchmarks.plan import BENCHES, Plan, default_plan
+from exporter.benchmarks.plan import BENCHES, EVENT_PREFIX, Plan, default_plan
 from exporter.benchmarks.results import (
     PARSERS,
     AllreduceResult,
@@ -24,7 +24,7 @@ from exporter.benchmarks.results import (
     train_from,
     train_result,
 )
-from exporter.benchmarks.runner import EVENT_PREFIX, BenchRunner, Rendezvous
+from exporter.benchmarks.runner import BenchRunner, Rendezvous
 
 
 def test_bus_bandwidth_follows_nccl_tests() -> None:

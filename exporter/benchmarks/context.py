@@ -15,9 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from exporter.benchmarks.plan import Plan
-
-EVENT_PREFIX = "@gpuledger "
+from exporter.benchmarks.plan import EVENT_PREFIX, Plan
 
 
 @dataclass

@@ -17,6 +17,8 @@ from pydantic import TypeAdapter
 from daemonkit.jsondoc import STRICT, parse
 
 BENCHES = ("allreduce", "train", "matmul", "memcpy")
+EVENT_PREFIX = "@gpuledger "
+"""What a worker prints before each JSON event line on stdout; the runner reads only those lines."""
 Backend = Literal["nccl", "gloo"]
 STARTUP_SECONDS = {"nccl": 12.0, "gloo": 5.0}  # interpreter + torch import + process group init
 

@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.benchmarks.plan import Plan
+from exporter.benchmarks.plan import EVENT_PREFIX, Plan
 from exporter.benchmarks.results import PARSERS, AllreduceResult, RoundResult
 
 log = logging.getLogger(__name__)
 
-EVENT_PREFIX = "@gpuledger "
 Event = dict[str, Any]
 
 

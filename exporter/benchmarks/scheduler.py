@@ -39,7 +39,7 @@ class BenchScheduler:
         self.settings = settings
         self.sampler = sampler
         self.state = state
-        self.keep = keep  # stores the records (the history's submit_bench; None: not stored)
+        self.keep = keep  # stores the records (the history writer's submit; None: not stored)
         self.runner = runner or BenchRunner()
         self.plan_hook = plan_hook  # tests inject faults here
         self._lock = threading.Lock()

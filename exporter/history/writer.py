@@ -48,8 +48,6 @@ class HistoryWriter:
         """Queue items of any kind in INSERTS (minute rows, job minutes, bench records, jobs)."""
         self._queue.put(list(items))
 
-    submit_bench = submit
-
     def bench_records(self, since: float = 0.0) -> list[BenchRecord]:
         """What earlier runs recorded (read before start(); the writer thread owns the connection)."""
         return bench_records(self._db, since)
