@@ -141,6 +141,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.integration  # kills a real writer process, many times
 def test_sigkill_during_writes_never_corrupts_and_keeps_every_committed_minute(
     tmp_path: Path,
 ) -> None:
