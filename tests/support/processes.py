@@ -52,7 +52,9 @@ class ExporterProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.output = self.proc.stdout.read() if self.proc.stdout else ""
+        if self.proc.stdout is not None:
+            with self.proc.stdout:
+                self.output = self.proc.stdout.read()
         return self.output
 
     output = ""
