@@ -52,7 +52,7 @@ class ExporterProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc.stdout is not None:
+        if self.proc.stdout is not None and not self.proc.stdout.closed:  # stop() may run twice
             with self.proc.stdout:
                 self.output = self.proc.stdout.read()
         return self.output
