@@ -147,7 +147,7 @@ class Exporter:
         if enabled is None:
             enabled = self.reader.kind == "nvml" and importlib.util.find_spec("torch") is not None
             if self.reader.kind == "nvml" and not enabled:
-                log.info("benchmarks off: torch is not installed (pip install 'gpuledger[bench]')")
+                log.info("benchmarks off: torch is not installed (pip install torch, or '.[bench]' in the clone)")
         return enabled
 
     def _history(self) -> HistoryWriter | None:
