@@ -4,19 +4,8 @@ spreading a job over more GPUs pay on this hardware, today, and did the intercon
 from __future__ import annotations
 
 from grafana.layout import Dashboard, gpu_vars, query_var
-from grafana.panels import (
-    EFFICIENCY,
-    NEUTRAL,
-    PROBLEM,
-    Col,
-    Q,
-    barchart,
-    bargauge,
-    stat,
-    steps,
-    table,
-    timeseries,
-)
+from grafana.model import EFFICIENCY, NEUTRAL, PROBLEM, Q, steps
+from grafana.panels import Col, barchart, bargauge, stat, table, timeseries
 from grafana.promql import JOB, RANGE, increase, per_node, sel
 
 AR = 'job=~"$job", backend=~"$backend"'

@@ -5,7 +5,7 @@ tests/test_dashboards.py fails when it is stale."""
 from __future__ import annotations
 
 from grafana.layout import Dashboard
-from grafana.panels import Json
+from grafana.model import Json
 
 UNITS = {
     "percentunit": "share (shown as %)",

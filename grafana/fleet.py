@@ -4,18 +4,8 @@ idle or are held by a process doing nothing, and what the fleet costs per hour r
 from __future__ import annotations
 
 from grafana.layout import Dashboard, gpu_vars, query_var
-from grafana.panels import (
-    PROBLEM,
-    UTILISATION,
-    WARNING,
-    Col,
-    Q,
-    bargauge,
-    stat,
-    steps,
-    table,
-    timeseries,
-)
+from grafana.model import PROBLEM, UTILISATION, WARNING, Q, steps
+from grafana.panels import Col, bargauge, stat, table, timeseries
 from grafana.promql import (
     IDENTITY,
     KWH_PRICE,

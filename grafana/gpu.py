@@ -1,30 +1,16 @@
-"""GPU detail: every per-GPU series of one (or a few) GPUs, its health, and the jobs on it."""
+"""GPU detail: every per-GPU series of one (or a few) GPUs, its health, and the jobs on it.
+
+This module holds the dashboard, its variables, identity and health, and activity; power, clocks,
+memory, the jobs and the exporter are in ``grafana.gpu_sections``.
+"""
 
 from __future__ import annotations
 
+from grafana.gpu_sections import G, add_exporter, add_jobs, add_physical
 from grafana.layout import Dashboard, datasource_var, query_var
-from grafana.panels import (
-    NEUTRAL,
-    PROBLEM,
-    UP_DOWN,
-    UTILISATION,
-    WARNING,
-    YES_NO_BAD,
-    Col,
-    Q,
-    bargauge,
-    gauge,
-    info_table,
-    mapping,
-    stat,
-    state_timeline,
-    steps,
-    table,
-    timeseries,
-)
+from grafana.model import PROBLEM, UP_DOWN, UTILISATION, WARNING, YES_NO_BAD, Q, mapping, steps
+from grafana.panels import bargauge, gauge, info_table, stat, state_timeline, timeseries
 from grafana.promql import INFO, JOB, RANGE, RATE, increase, per_gpu, per_node, rate, sel, share
-
-G = "GPU {{gpu}}"
 
 
 def build() -> Dashboard:
@@ -60,9 +46,9 @@ def build() -> Dashboard:
     )
     _health(d)
     _activity(d)
-    _physical(d)
-    _jobs(d)
-    _exporter(d)
+    add_physical(d)
+    add_jobs(d)
+    add_exporter(d)
     return d
 
 
@@ -290,208 +276,4 @@ def _activity(d: Dashboard) -> None:
         ),
         24,
         7,
-    )
-
-
-def _physical(d: Dashboard) -> None:
-    d.row("Power, temperature, clocks, memory, PCIe")
-    d.add(
-        timeseries(
-            "Power and limit",
-            "Power draw at the last sample, the mean power over each interval from "
-            "the energy counter (exact; the sample can alias), and the enforced power limit.",
-            [
-                Q(per_gpu(sel("gpuledger_gpu_power_watts")), G + " power"),
-                Q(per_gpu(rate("gpuledger_gpu_energy_joules_total")), G + " mean (energy counter)"),
-                Q(per_gpu(sel("gpuledger_gpu_power_limit_watts")), G + " limit"),
-            ],
-            "watt",
-        ),
-        8,
-    )
-    d.add(
-        stat(
-            "Energy over the range",
-            "From NVML's energy counter (PUE not applied).",
-            [Q(f"sum by (gpu) ({per_gpu(increase('gpuledger_gpu_energy_joules_total'))}) / 3.6e6", G, instant=True)],
-            "kwatth",
-            decimals=2,
-        ),
-        4,
-    )
-    d.add(
-        timeseries(
-            "Temperature",
-            "GPU core temperature. Dashed: 83 °C and 90 °C, where datacentre GPUs start to slow down.",
-            [Q(per_gpu(sel("gpuledger_gpu_temperature_celsius")), G)],
-            "celsius",
-            min_=None,
-            thresholds=steps("green", (83, "orange"), (90, "red")),
-        ),
-        12,
-    )
-    d.add(
-        timeseries(
-            "Clocks",
-            "SM and memory clocks.",
-            [
-                Q(per_gpu(sel("gpuledger_gpu_sm_clock_hertz")), G + " SM"),
-                Q(per_gpu(sel("gpuledger_gpu_memory_clock_hertz")), G + " memory"),
-            ],
-            "hertz",
-        ),
-        8,
-    )
-    d.add(
-        timeseries(
-            "Memory",
-            "Device memory in use against the total.",
-            [
-                Q(per_gpu(sel("gpuledger_gpu_memory_used_bytes")), G + " used"),
-                Q(per_gpu(sel("gpuledger_gpu_memory_total_bytes")), G + " total"),
-            ],
-            "bytes",
-        ),
-        8,
-    )
-    d.add(
-        timeseries(
-            "PCIe throughput",
-            "PCIe throughput by direction (slow lane; off where pcie interval is 0).",
-            [Q(per_gpu(sel("gpuledger_gpu_pcie_throughput_bytes_per_second")), G + " {{direction}}")],
-            "Bps",
-        ),
-        8,
-    )
-
-
-def _jobs(d: Dashboard) -> None:
-    d.row("Processes and jobs")
-    d.add(
-        timeseries(
-            "Compute processes",
-            "Compute processes on the GPU (NVML).",
-            [Q(per_gpu(sel("gpuledger_gpu_processes")), G)],
-            "none",
-            decimals=0,
-        ),
-        6,
-    )
-    d.add(
-        info_table(
-            "Jobs on the GPU now",
-            "gpuledger_gpu_job_info: the Slurm job, pod and user holding the GPU "
-            "(empty = not known, e.g. a process outside any job).",
-            per_gpu(sel("gpuledger_gpu_job_info")),
-            ["hostname", "gpu", "job_id", "user", "pod", "namespace", "container"],
-        ),
-        18,
-    )
-    d.add(
-        timeseries(
-            "Per-job utilisation of the GPU",
-            "rate(job busy) / rate(job held) per job: how much of the time a job held the GPU it kept it busy.",
-            [
-                Q(
-                    per_gpu(
-                        f"{rate('gpuledger_job_gpu_busy_seconds_total')} / "
-                        f"{rate('gpuledger_job_gpu_sampled_seconds_total')}"
-                    ),
-                    "{{job_id}} {{user}} {{pod}}",
-                )
-            ],
-            "percentunit",
-            max_=1,
-            thresholds=UTILISATION,
-        ),
-        12,
-    )
-    by = "sum by (hostname, gpu, job_id, user, pod, namespace)"
-    d.add(
-        table(
-            "Per-job held, busy and energy",
-            "Over the time range, per job on the GPU: hours held, hours busy, "
-            "their ratio and the job's share of the GPU's energy.",
-            [
-                Col("held", f"{by} ({per_gpu(increase('gpuledger_job_gpu_sampled_seconds_total'))}) / 3600", "h"),
-                Col("busy", f"{by} ({per_gpu(increase('gpuledger_job_gpu_busy_seconds_total'))}) / 3600", "h"),
-                Col(
-                    "utilisation",
-                    f"{by} ({per_gpu(increase('gpuledger_job_gpu_busy_seconds_total'))}) / "
-                    f"{by} ({per_gpu(increase('gpuledger_job_gpu_sampled_seconds_total'))})",
-                    "percentunit",
-                    gauge=True,
-                    thresholds=UTILISATION,
-                ),
-                Col("energy", f"{by} ({per_gpu(increase('gpuledger_job_gpu_energy_joules_total'))}) / 3.6e6", "kwatth"),
-            ],
-            ["hostname", "gpu", "job_id", "user", "pod", "namespace"],
-            sort="held",
-        ),
-        12,
-    )
-
-
-def _exporter(d: Dashboard) -> None:
-    d.row("The exporter on this host")
-    d.add(
-        info_table(
-            "Exporter",
-            "gpuledger_exporter_info: version and reader (nvml; replay means no real GPU).",
-            per_node(sel("gpuledger_exporter_info", JOB)),
-            ["hostname", "version", "reader"],
-        ),
-        6,
-        6,
-    )
-    d.add(
-        stat(
-            "Last sample age",
-            "Seconds since the sampler's last round; /healthz turns 503 after stale_after.",
-            [Q(per_node(f"time() - {sel('gpuledger_last_sample_timestamp_seconds', JOB)}"), "{{hostname}}")],
-            "s",
-            thresholds=steps("green", (5, "orange"), (30, "red")),
-            decimals=1,
-        ),
-        3,
-        6,
-    )
-    d.add(
-        timeseries(
-            "Sample round duration",
-            "Duration of the last fast round over all GPUs of the host.",
-            [Q(per_node(sel("gpuledger_sample_duration_seconds", JOB)), "{{hostname}}")],
-            "s",
-        ),
-        5,
-        6,
-    )
-    d.add(
-        timeseries(
-            "Reader errors",
-            "Failed reader (NVML) calls per second, by call; unsupported calls are not errors.",
-            [
-                Q(
-                    f"sum by (hostname, call) ({per_node(rate('gpuledger_reader_errors_total', labels=JOB))})",
-                    "{{hostname}} {{call}}",
-                )
-            ],
-            "cps",
-            thresholds=NEUTRAL,
-        ),
-        5,
-        6,
-    )
-    d.add(
-        timeseries(
-            "History writes",
-            "Per-minute rows written to the embedded history, and failed transactions (rows are kept and retried).",
-            [
-                Q(per_node(f"60 * {rate('gpuledger_history_rows_written_total', labels=JOB)}"), "{{hostname}} rows"),
-                Q(per_node(f"60 * {rate('gpuledger_history_write_errors_total', labels=JOB)}"), "{{hostname}} errors"),
-            ],
-            "cpm",
-        ),
-        5,
-        6,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from grafana.panels import DATASOURCE_NAME, DATASOURCE_UID, SCHEMA_VERSION, TAG, Json, ds
+from grafana.model import DATASOURCE_NAME, DATASOURCE_UID, SCHEMA_VERSION, TAG, Json, ds
 
 WIDTH = 24
 # a drop-down of every gpuledger dashboard, keeping the time range and the variables

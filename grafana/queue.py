@@ -5,20 +5,8 @@ from __future__ import annotations
 
 from exporter.slurm import states
 from grafana.layout import Dashboard, gpu_vars, query_var
-from grafana.panels import (
-    UP_DOWN,
-    UTILISATION,
-    WARNING,
-    Col,
-    Q,
-    bargauge,
-    heatmap,
-    info_table,
-    stat,
-    steps,
-    table,
-    timeseries,
-)
+from grafana.model import UP_DOWN, UTILISATION, WARNING, Q, steps
+from grafana.panels import Col, bargauge, heatmap, info_table, stat, table, timeseries
 from grafana.promql import RANGE, RATE, increase, per_gpu, rate, sel
 
 QS = 'job=~"$job", partition=~"$partition"'

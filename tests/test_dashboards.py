@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:  # grafana/ is no installed package
     sys.path.insert(0, str(REPO))
 
 from grafana import docs, generate
-from grafana.panels import DATASOURCE_UID
+from grafana.model import DATASOURCE_UID
 
 Json = dict[str, Any]
 DASHBOARDS: dict[str, Json] = {d.uid: d.to_json() for d in generate.dashboards()}

@@ -34,7 +34,7 @@ from tests.support.tools import require_binary
 if str(REPO) not in sys.path:  # grafana/ is no installed package
     sys.path.insert(0, str(REPO))
 
-from grafana.panels import DATASOURCE_UID
+from grafana.model import DATASOURCE_UID
 
 
 @pytest.fixture(params=list(STACK_FILES))
