@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from analytics.report.csvio import to_csv
+from analytics.report.jsonio import from_json, to_json
+from analytics.report.markdown import to_markdown
 from analytics.report.model import SCHEMA, CostRow
 from analytics.report.output import write
-from analytics.report.text import duration, from_json, hours, money, pct, to_csv, to_json, to_markdown
+from analytics.report.text import duration, hours, money, pct
 from tests.support.reports import HOSTILE_HOST, HOSTILE_JOB, HOSTILE_PARTITION, HOSTILE_USER, REASONS, sample_report
 
 

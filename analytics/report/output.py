@@ -9,9 +9,11 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
+from analytics.report.csvio import to_csv
 from analytics.report.html import to_html
+from analytics.report.jsonio import to_json
+from analytics.report.markdown import to_markdown
 from analytics.report.model import Report
-from analytics.report.text import to_csv, to_json, to_markdown
 
 FORMATS = ("json", "csv", "md", "html")
 _SINGLE: dict[str, Callable[[Report], str]] = {"json": to_json, "md": to_markdown, "html": to_html}

@@ -1,24 +1,17 @@
-"""Text renderers of a :class:`Report`: versioned JSON (and back), CSV tables, Markdown; plus the
-number formatting and the report's tables as plain strings, which the HTML renderer shares."""
+"""The report as text: number formatting, and the report's sections as tables of display
+strings, which the Markdown (analytics.report.markdown) and HTML renderers share. JSON is in
+analytics.report.jsonio, CSV in analytics.report.csvio."""
 
 from __future__ import annotations
 
-import csv
-import dataclasses
 import datetime as dt
-import io
 import math
-import re
-import typing
 import zoneinfo
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-from pydantic import TypeAdapter
+from typing import TypeVar
 
 from analytics.report.model import (
-    SCHEMA,
     BenchRow,
     CostRow,
     DayRow,
@@ -30,7 +23,6 @@ from analytics.report.model import (
     Report,
     VerdictRow,
 )
-from daemonkit.jsondoc import parse
 
 DASH = "—"  # not measured: never rendered as 0
 TOP_JOBS = 20
@@ -307,119 +299,3 @@ def summary(r: Report) -> str:
 
 
 EXAMPLE_PRICES = "Example prices: set [cost] in the configuration for yours; these figures are illustrations."
-
-# ---------------------------------------------------------------- JSON
-
-_LISTS: dict[str, type[Any]] = {
-    "rows": CostRow,
-    "daily": DayRow,
-    "queue": QueueRow,
-    "failures": FailureRow,
-    "benchmarks": BenchRow,
-    "multi_gpu": VerdictRow,
-    "rent_vs_buy": RentRow,
-    "deltas": Delta,
-    "prices": PriceRow,
-}
-_REPORT = TypeAdapter(Report)
-_FIELDS = {name: TypeAdapter(hint) for name, hint in typing.get_type_hints(Report).items()}
-_ROWS = {name: TypeAdapter(cls) for name, cls in _LISTS.items()}
-
-
-@dataclass(frozen=True)
-class _Head:
-    """What a report file says it is, read before the rest (other keys are ignored here)."""
-
-    schema: object = None
-
-
-_HEAD = TypeAdapter(_Head)
-
-
-def to_json(report: Report) -> str:
-    """One key per line and one row per line: readable and diffable. Each value is written by
-    its TypeAdapter (a non-finite number, never meant to occur, becomes null: "not measured")."""
-    parts = []
-    for name, adapter in _FIELDS.items():
-        value = getattr(report, name)
-        if name in _ROWS and value:
-            rows = b",\n  ".join(map(_ROWS[name].dump_json, value))
-            parts.append(b'"%s": [\n  %s\n ]' % (name.encode(), rows))
-        else:
-            parts.append(b'"%s": %s' % (name.encode(), adapter.dump_json(value)))
-    return (b"{\n " + b",\n ".join(parts) + b"\n}\n").decode()
-
-
-def from_json(text: str | bytes) -> Report:
-    """Rebuild a report from :func:`to_json`, strictly: a string where a number belongs, or an
-    unknown key, is a ValueError naming the field; so is a different schema."""
-    what = f"not a {SCHEMA} report"
-    found = parse(_HEAD, text, what).schema
-    if found != SCHEMA:
-        raise ValueError(f"{what} (schema: {found!r})")
-    return parse(_REPORT, text, what)
-
-
-# ---------------------------------------------------------------- CSV
-
-
-def _csv_cell(v: object) -> object:
-    return "" if v is None else ("true" if v else "false") if isinstance(v, bool) else v
-
-
-def _csv(cls: type[Any], rows: Iterable[Any]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf)  # RFC 4180: quotes cells with commas, quotes and newlines; \r\n rows
-    names = [f.name for f in dataclasses.fields(cls)]
-    w.writerow(names)
-    for row in rows:
-        w.writerow([_csv_cell(getattr(row, n)) for n in names])
-    return buf.getvalue()
-
-
-def to_csv(report: Report) -> dict[str, str]:
-    """File name -> CSV text, one per table; ``costs.csv`` holds the fleet row first. Empty cell = None."""
-    out = {"costs.csv": _csv(CostRow, [report.fleet, *report.rows])}
-    for attr, cls in _LISTS.items():
-        if attr != "rows":  # daily.csv, queue.csv, ..., rent_vs_buy.csv, deltas.csv
-            out[f"{attr}.csv"] = _csv(cls, getattr(report, attr))
-    return out
-
-
-# ---------------------------------------------------------------- Markdown
-
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&#])")
-
-
-def md_escape(text: str) -> str:
-    """Backslash-escape what could break a table cell or start markup (pipes, HTML, links);
-    line breaks become spaces."""
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
-
-
-def _md_table(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> list[str]:
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(md_escape(c) for c in cells) + " |"
-
-    rule = "|" + "|".join("--:" if right else "---" for right in numeric) + "|"
-    return [line(headers), rule, *(line(r) for r in rows)]
-
-
-def to_markdown(report: Report) -> str:
-    r, out = report, []
-    out += [f"# {md_escape(title(r))}", "", md_escape(subtitle(r)), "", md_escape(facts(r)), ""]
-    if not r.complete:
-        out += ["> **⚠ INCOMPLETE:** parts of this week could not be read; figures below are partial.", ">"]
-        out += [f"> - {md_escape(reason)}" for reason in r.incomplete_reasons] + [""]
-    if r.example_prices:
-        out += [f"> **{md_escape(EXAMPLE_PRICES)}**", ""]
-    out += ["## Headline", "", md_escape(summary(r)), ""]
-    out += [*_md_table(["Figure", "Value"], [list(kv) for kv in headline(r)], [False, True]), ""]
-    for t in tables(r):
-        out += [f"## {md_escape(t.title)}", ""]
-        out += [*_md_table(t.headers, t.rows, t.numeric()), ""] if t.rows else [md_escape(t.empty), ""]
-    for heading, items in (("Approximations", r.approximations), ("Notes", r.notes)):
-        if items:
-            out += [f"## {heading}", "", *(f"- {md_escape(x)}" for x in items), ""]
-    out += [f"_{md_escape(r.schema)}_", ""]
-    return "\n".join(out)

@@ -1,0 +1,44 @@
+"""A :class:`Report` as Markdown: the same sections and cells as the HTML page (analytics.report.text)."""
+
+from __future__ import annotations
+
+import re
+
+from analytics.report.model import Report
+from analytics.report.text import EXAMPLE_PRICES, facts, headline, subtitle, summary, tables, title
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&#])")
+
+
+def md_escape(text: str) -> str:
+    """Backslash-escape what could break a table cell or start markup (pipes, HTML, links);
+    line breaks become spaces."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
+
+
+def _md_table(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> list[str]:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(md_escape(c) for c in cells) + " |"
+
+    rule = "|" + "|".join("--:" if right else "---" for right in numeric) + "|"
+    return [line(headers), rule, *(line(r) for r in rows)]
+
+
+def to_markdown(report: Report) -> str:
+    r, out = report, []
+    out += [f"# {md_escape(title(r))}", "", md_escape(subtitle(r)), "", md_escape(facts(r)), ""]
+    if not r.complete:
+        out += ["> **⚠ INCOMPLETE:** parts of this week could not be read; figures below are partial.", ">"]
+        out += [f"> - {md_escape(reason)}" for reason in r.incomplete_reasons] + [""]
+    if r.example_prices:
+        out += [f"> **{md_escape(EXAMPLE_PRICES)}**", ""]
+    out += ["## Headline", "", md_escape(summary(r)), ""]
+    out += [*_md_table(["Figure", "Value"], [list(kv) for kv in headline(r)], [False, True]), ""]
+    for t in tables(r):
+        out += [f"## {md_escape(t.title)}", ""]
+        out += [*_md_table(t.headers, t.rows, t.numeric()), ""] if t.rows else [md_escape(t.empty), ""]
+    for heading, items in (("Approximations", r.approximations), ("Notes", r.notes)):
+        if items:
+            out += [f"## {heading}", "", *(f"- {md_escape(x)}" for x in items), ""]
+    out += [f"_{md_escape(r.schema)}_", ""]
+    return "\n".join(out)
