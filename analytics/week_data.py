@@ -5,6 +5,7 @@ dcgm-exporter series) produces this; the builder never knows which one it was.""
 from __future__ import annotations
 
 import datetime as dt
+import statistics
 import zoneinfo
 from dataclasses import dataclass, field
 
@@ -115,9 +116,22 @@ class FailureWeek:
     failed_gpu_hours: float | None  # GPU-hours of jobs that ended in a failed state (exporter.slurm.states)
 
 
+@dataclass(frozen=True, slots=True)
+class BenchRun:
+    """One benchmark run's figure: when it finished (epoch seconds) and what it measured."""
+
+    finished: float
+    value: float
+
+
+Runs = dict[int, tuple[BenchRun, ...]]  # world size -> the window's runs, in time order
+
+
 @dataclass(frozen=True)
 class BenchWeek:
-    """Latest benchmark figures in a window: world size -> value."""
+    """A window's benchmark figures: world size -> the median of the window's runs. The runs
+    themselves (``*_runs``) are kept so one bad night is not hidden by the median; a figure with
+    no runs recorded counts as one run."""
 
     busbw: dict[int, float] = field(default_factory=dict)  # all-reduce bus bandwidth at the largest size
     speedup: dict[int, float] = field(default_factory=dict)
@@ -125,6 +139,30 @@ class BenchWeek:
     throughput_1: float | None = None  # samples/s on one GPU
     throughput: dict[int, float] = field(default_factory=dict)  # samples/s on N GPUs
     model: str = ""
+    busbw_runs: Runs = field(default_factory=dict)
+    speedup_runs: Runs = field(default_factory=dict)
+    efficiency_runs: Runs = field(default_factory=dict)
+
+    @classmethod
+    def of_runs(
+        cls, busbw: Runs, speedup: Runs, efficiency: Runs, throughput: dict[int, float], model: str
+    ) -> BenchWeek:
+        """The week from its runs: each figure the median of its runs."""
+        return cls(
+            medians(busbw),
+            medians(speedup),
+            medians(efficiency),
+            throughput.get(1),
+            throughput,
+            model,
+            busbw,
+            speedup,
+            efficiency,
+        )
+
+
+def medians(runs: Runs) -> dict[int, float]:
+    return {n: statistics.median(r.value for r in rs) for n, rs in sorted(runs.items()) if rs}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ backfilled with gpuledger's series, and one with dcgm-exporter's. Tolerances are
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import math
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.promapi import PromAPI
 from analytics.sources.prometheus import PrometheusSource
 from analytics.synthetic import Fleet
-from analytics.week_data import WeekData, Window, iso_week
+from analytics.week_data import BenchWeek, WeekData, Window, iso_week
 from exporter.slurm.watcher import WAIT_BUCKETS
 from tests.support.fleet import WEEK, history, prometheus, small_fleet, truth_quantile
 from tests.support.prometheus import PrometheusServer
@@ -139,6 +142,37 @@ def test_prometheus_equals_the_truth(from_prom: WeekData, fleet: Fleet) -> None:
         assert abs(q.pending_gpu_hours - fleet.truth.pending_gpu_hours[q.partition]) <= n * STEP / 3600
     _assert_failures(from_prom, fleet)
     assert from_prom.bench is not None and from_prom.bench.speedup == pytest.approx({1: 1.0, 2: 1.92, 4: 3.61, 8: 6.55})
+
+
+def _sunday_drop(data: WeekData, fleet: Fleet, dated: float) -> None:
+    """Every night's all-reduce run is carried; the figure is their median, and against a previous
+    week at the usual figure the Sunday drop (x 0.8) is flagged, naming that Sunday."""
+    truth = [
+        (r.finished, json.loads(r.data or "{}")["rows"][-1]["busbw"]) for r in fleet.bench if r.bench == "allreduce"
+    ]
+    assert data.bench is not None
+    runs = data.bench.busbw_runs[8]
+    assert [v for _, v in truth] == pytest.approx([r.value for r in runs], rel=1e-9)
+    for (t, _), run in zip(truth, runs, strict=True):
+        assert t <= run.finished <= t + dated  # Prometheus: the first step that sees the new value
+    assert data.bench.busbw[8] == pytest.approx(statistics.median(v for _, v in truth), rel=1e-9)
+    sunday = next(t for t, _ in truth if dt.datetime.fromtimestamp(t, dt.UTC).weekday() == 6)
+    previous = WeekData(data.window.previous(), data.source, data.gpus, bench=BenchWeek(busbw={8: 170e9}))
+    (row,) = [
+        b for b in build(data, CostModel(), previous=previous).benchmarks if b.world_size == 8 and "busbw" in b.metric
+    ]
+    assert row.runs == len(truth) == 7 and row.change is not None and abs(row.change) < 0.05  # the median hides it
+    assert row.dropped and row.worst_date == dt.datetime.fromtimestamp(sunday, dt.UTC).strftime("%Y-%m-%d")
+    assert row.worst_change is not None and row.worst_change < -0.15
+
+
+def test_embedded_carries_every_benchmark_run(embedded: WeekData, fleet: Fleet) -> None:
+    _sunday_drop(embedded, fleet, 0.0)
+
+
+@pytest.mark.integration
+def test_prometheus_carries_every_benchmark_run(from_prom: WeekData, fleet: Fleet) -> None:
+    _sunday_drop(from_prom, fleet, 2 * STEP)
 
 
 @pytest.mark.integration

@@ -7,7 +7,8 @@ import pytest
 
 from analytics.cost import CostModel, PriceRule, TariffWindow
 from analytics.report.build import build
-from analytics.week_data import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, iso_week
+from analytics.report.model import BenchRow
+from analytics.week_data import BenchRun, BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, Runs, WeekData, iso_week
 from exporter.attribution.shares import JobKey
 
 WEEK = iso_week("2026-W48")
@@ -51,6 +52,53 @@ def test_benchmark_drops_over_ten_percent_are_flagged() -> None:
     small = rows[("allreduce_busbw_bytes_per_second", 2)]
     assert small.change == pytest.approx(80 / 84 - 1) and not small.dropped  # -4.8 %
     assert not rows[("train_speedup", 8)].dropped
+
+
+DAY = 86400.0
+
+
+def _nightly(values: list[float]) -> BenchWeek:
+    """One all-reduce run a night at 04:05, Monday first."""
+    runs = {8: tuple(BenchRun(WEEK.start + d * DAY + 4 * 3600 + 300, v) for d, v in enumerate(values))}
+    return BenchWeek.of_runs(runs, {}, {}, {}, "")
+
+
+def _busbw(now: BenchWeek) -> BenchRow:
+    before = BenchWeek(busbw={8: 170e9})  # last week's median
+    r = build(
+        WeekData(WEEK, "t", (_gpu(),), bench=now),
+        CostModel(),
+        previous=WeekData(WEEK.previous(), "t", (_gpu(),), bench=before),
+    )
+    (row,) = [b for b in r.benchmarks if b.metric == "allreduce_busbw_bytes_per_second"]
+    return row
+
+
+def test_a_mid_week_drop_is_flagged_though_the_last_run_is_fine() -> None:
+    row = _busbw(_nightly([171e9, 169e9, 140e9, 170e9, 172e9, 168e9, 171e9]))  # Wednesday dropped
+    assert row.runs == 7 and row.value == pytest.approx(170e9)  # the median: the figure barely moves
+    assert row.change == pytest.approx(0.0) and row.dropped
+    assert row.worst == pytest.approx(140e9) and row.worst_change == pytest.approx(140 / 170 - 1)
+    assert row.worst_date == "2026-11-25" and row.worst_at == WEEK.start + 2 * DAY + 4 * 3600 + 300
+
+
+def test_runs_all_within_ten_percent_are_not_flagged() -> None:
+    row = _busbw(_nightly([171e9, 160e9, 155e9, 170e9, 175e9, 168e9, 154e9]))  # worst -9.4 %
+    assert row.runs == 7 and row.value == pytest.approx(168e9) and not row.dropped
+    assert row.worst == pytest.approx(154e9) and row.worst_date == "2026-11-29"
+
+
+def test_the_night_is_named_in_the_report_time_zone() -> None:
+    tz = iso_week("2026-W48", "America/Los_Angeles")
+    runs: Runs = {8: (BenchRun(tz.start + DAY + 20 * 3600, 100e9), BenchRun(tz.start + 3 * DAY + 3600, 170e9))}
+    r = build(
+        WeekData(tz, "t", (_gpu(),), bench=BenchWeek.of_runs(runs, {}, {}, {}, "")),
+        CostModel(),
+        previous=WeekData(tz.previous(), "t", (_gpu(),), bench=BenchWeek(busbw={8: 170e9})),
+    )
+    (row,) = r.benchmarks
+    assert row.dropped and row.worst_date == "2026-11-24"  # Tuesday 20:00 Pacific, already Wednesday in UTC
+    assert row.value == pytest.approx(135e9)  # the median of two runs
 
 
 def test_week_over_week_deltas() -> None:

@@ -214,7 +214,7 @@ def build(
         daily=_daily(data),
         queue=_queue(data),
         failures=_failures(data),
-        benchmarks=judge.benchmarks(data.bench, previous.bench if previous else None),
+        benchmarks=judge.benchmarks(data.bench, previous.bench if previous else None, data.window.timezone),
         multi_gpu=judge.multi_gpu(data.bench, fleet_row),
         rent_vs_buy=_rent(data, cost, rows),
         deltas=judge.deltas(

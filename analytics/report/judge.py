@@ -2,29 +2,63 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import zoneinfo
+
 from analytics.report.model import BenchRow, CostRow, Delta, QueueRow, RentRow, VerdictRow
-from analytics.week_data import BenchWeek
+from analytics.week_data import BenchWeek, Runs
 
-DROP = 0.10  # a benchmark figure more than 10 % under last week's is flagged
+DROP = 0.10  # a run more than 10 % under last week's median is flagged
 
 
-def _bench_rows(metric: str, now: dict[int, float], before: dict[int, float]) -> list[BenchRow]:
+def _bench_rows(
+    metric: str, now: dict[int, float], runs: Runs, before: dict[int, float], timezone: str
+) -> list[BenchRow]:
     out = []
     for n, v in sorted(now.items()):
         prev = before.get(n)
         change = v / prev - 1 if prev else None
-        out.append(BenchRow(metric, n, v, prev, change, change is not None and change < -DROP))
+        week = runs.get(n) or ()
+        worst = min(week, key=lambda r: r.value) if week else None
+        low = worst.value if worst is not None else v
+        worst_change = low / prev - 1 if prev else None
+        out.append(
+            BenchRow(
+                metric,
+                n,
+                v,
+                prev,
+                change,
+                worst_change is not None and worst_change < -DROP,
+                runs=len(week) or 1,
+                worst=low,
+                worst_change=worst_change,
+                worst_at=worst.finished if worst is not None else None,
+                worst_date=local_date(worst.finished, timezone) if worst is not None else "",
+            )
+        )
     return out
 
 
-def benchmarks(now: BenchWeek | None, before: BenchWeek | None) -> list[BenchRow]:
+def local_date(t: float, timezone: str) -> str:
+    """The night a run belongs to: its date in the report's time zone."""
+    try:
+        tz: dt.tzinfo = zoneinfo.ZoneInfo(timezone)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        tz = dt.UTC
+    return dt.datetime.fromtimestamp(t, tz).strftime("%Y-%m-%d")
+
+
+def benchmarks(now: BenchWeek | None, before: BenchWeek | None, timezone: str = "UTC") -> list[BenchRow]:
+    """Each figure the median of the week's runs against the previous week's median; a row is
+    flagged when any run of the week is more than 10 % under that median (its worst run named)."""
     if now is None:
         return []
     b = before or BenchWeek()
     return (
-        _bench_rows("allreduce_busbw_bytes_per_second", now.busbw, b.busbw)
-        + _bench_rows("train_speedup", now.speedup, b.speedup)
-        + _bench_rows("train_efficiency", now.efficiency, b.efficiency)
+        _bench_rows("allreduce_busbw_bytes_per_second", now.busbw, now.busbw_runs, b.busbw, timezone)
+        + _bench_rows("train_speedup", now.speedup, now.speedup_runs, b.speedup, timezone)
+        + _bench_rows("train_efficiency", now.efficiency, now.efficiency_runs, b.efficiency, timezone)
     )
 
 

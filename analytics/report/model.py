@@ -75,10 +75,15 @@ class FailureRow:
 class BenchRow:
     metric: str  # allreduce_busbw_bytes_per_second | train_speedup | train_efficiency
     world_size: int
-    value: float
-    previous: float | None
+    value: float  # the median of the week's runs
+    previous: float | None  # the previous week's median
     change: float | None  # value / previous - 1
-    dropped: bool  # change < -10 %
+    dropped: bool  # some run of the week more than 10 % under the previous week's median
+    runs: int = 1  # runs of the week
+    worst: float | None = None  # the week's worst run (lowest figure)
+    worst_change: float | None = None  # worst / previous - 1
+    worst_at: float | None = None  # when the worst run finished (epoch seconds); None: not known
+    worst_date: str = ""  # its night: YYYY-MM-DD in the report's time zone
 
 
 @dataclass(frozen=True)

@@ -207,11 +207,23 @@ FAILURES: Columns[FailureRow] = [
 BENCH: Columns[BenchRow] = [
     ("Metric", lambda b: bench_metric(b.metric)[0]),
     ("GPUs", lambda b: str(b.world_size)),
-    ("Value", lambda b: bench_metric(b.metric)[1](b.value)),
-    ("Previous", lambda b: bench_metric(b.metric)[1](b.previous)),
+    ("Runs", lambda b: str(b.runs)),
+    ("Median", lambda b: bench_metric(b.metric)[1](b.value)),
+    ("Previous median", lambda b: bench_metric(b.metric)[1](b.previous)),
     ("Change", lambda b: pct(b.change, signed=True)),
-    ("Flag", lambda b: "⚠ DROP" if b.dropped else ""),
+    ("Worst run", lambda b: _worst_run(b)),
+    ("Flag", lambda b: f"⚠ DROP {b.worst_date}".rstrip() if b.dropped else ""),
 ]
+
+
+def _worst_run(b: BenchRow) -> str:
+    """The week's lowest run, its night and how far under the previous median: '137.5 GB/s 2026-11-29 (-19.9 %)'."""
+    if b.worst is None:
+        return DASH
+    change = f" ({pct(b.worst_change, signed=True)})" if b.worst_change is not None else ""
+    return f"{bench_metric(b.metric)[1](b.worst)} {b.worst_date}".rstrip() + change
+
+
 MULTI_GPU: Columns[VerdictRow] = [
     ("GPUs", lambda v: str(v.world_size)),
     ("Speedup", lambda v: times(v.speedup)),

@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from analytics.sources.base import SourceUnavailable, percentile
-from analytics.week_data import BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window
+from analytics.week_data import BenchRun, BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window
 from exporter import history
 from exporter.benchmarks.results import allreduce_from, train_from
 from exporter.slurm.states import FAILED
@@ -131,28 +131,36 @@ class EmbeddedSource:
         return queue, failures
 
     def _bench(self, w: Window) -> BenchWeek | None:
-        latest: dict[str, str] = {}
-        for r in history.bench_records(self.db, w.start):
-            if r.finished < w.end and r.result in ("ok", "failed") and r.data and r.data.startswith("{"):
-                latest[r.bench] = r.data
-        if not latest:
-            return None
-        busbw: dict[int, float] = {}
-        speedup: dict[int, float] = {}
-        efficiency: dict[int, float] = {}
+        """Every run of the window (world size -> runs, in time order); throughput and model from the last."""
+        busbw: dict[int, list[BenchRun]] = defaultdict(list)
+        speedup: dict[int, list[BenchRun]] = defaultdict(list)
+        efficiency: dict[int, list[BenchRun]] = defaultdict(list)
         throughput: dict[int, float] = {}
         model = ""
-        if "allreduce" in latest:
-            ar = allreduce_from(latest["allreduce"])
-            busbw[ar.world_size] = ar.busbw_largest
-        if "train" in latest:
-            t = train_from(latest["train"])
-            model = t.model
-            for row in t.rows:
-                speedup[row.world_size] = row.speedup
-                efficiency[row.world_size] = row.efficiency
-                throughput[row.world_size] = row.samples_per_second
-        return BenchWeek(busbw, speedup, efficiency, throughput.get(1), throughput, model)
+        found = False
+        for r in history.bench_records(self.db, w.start):  # in time order
+            if not (r.finished < w.end and r.result in ("ok", "failed") and r.data and r.data.startswith("{")):
+                continue
+            if r.bench == "allreduce":
+                ar = allreduce_from(r.data)
+                busbw[ar.world_size].append(BenchRun(r.finished, ar.busbw_largest))
+                found = True
+            elif r.bench == "train":
+                t = train_from(r.data)
+                model, throughput, found = t.model, {}, True
+                for row in t.rows:
+                    speedup[row.world_size].append(BenchRun(r.finished, row.speedup))
+                    efficiency[row.world_size].append(BenchRun(r.finished, row.efficiency))
+                    throughput[row.world_size] = row.samples_per_second
+            else:
+                found = True  # another benchmark: the week has results, none of these figures
+        if not found:
+            return None
+
+        def runs(d: dict[int, list[BenchRun]]) -> dict[int, tuple[BenchRun, ...]]:
+            return {n: tuple(v) for n, v in sorted(d.items())}
+
+        return BenchWeek.of_runs(runs(busbw), runs(speedup), runs(efficiency), throughput, model)
 
 
 def _daily(w: Window, sampled: list[float], busy: list[float], energy: list[float] | None) -> tuple[GpuDay, ...]:

@@ -20,7 +20,18 @@ from analytics.config import PrometheusSettings
 from analytics.sources import counters, kubernetes
 from analytics.sources.base import SourceUnavailable
 from analytics.sources.promapi import PromAPI, QueryError, rng
-from analytics.week_data import BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window, days
+from analytics.week_data import (
+    BenchRun,
+    BenchWeek,
+    FailureWeek,
+    GpuDay,
+    GpuWeek,
+    JobWeek,
+    QueueWeek,
+    WeekData,
+    Window,
+    days,
+)
 from exporter.attribution.shares import JobKey
 from exporter.slurm import states
 
@@ -208,22 +219,40 @@ class PrometheusSource:
         ]
 
     def _bench(self, w: Window) -> BenchWeek | None:
+        """Every run of the window, from the gauges each run sets: a run is where the fleet's figure
+        for a world size changes (two runs in a row with the very same value read as one), dated by
+        the first step that sees it. Throughput and model are the last run's."""
         r = rng(w.seconds)
+        step = max(60.0, math.ceil(w.seconds / 10000))  # under Prometheus' 11,000 points a series
+
+        def runs(metric: str) -> dict[int, tuple[BenchRun, ...]]:
+            out: dict[int, tuple[BenchRun, ...]] = {}
+            for series in self.api.query_range(f"max by (world_size) ({metric})", w.start - step, w.end - 1, step):
+                if "world_size" not in series.labels:
+                    continue
+                found, before = [], None  # before: the figure at the end of the previous window
+                for t, v in series.points:
+                    if t >= w.start and v != before and math.isfinite(v):
+                        found.append(BenchRun(t, v))
+                    before = v
+                if found:
+                    out[int(series.labels["world_size"])] = tuple(found)
+            return dict(sorted(out.items()))
 
         def by_size(metric: str) -> dict[int, float]:
             expr = f"max by (world_size) (last_over_time({metric}[{r}]))"
             series = self.api.query(expr, w.end)
             return {int(s.labels["world_size"]): s.value for s in series if "world_size" in s.labels}
 
-        busbw = by_size("gpuledger_bench_allreduce_largest_busbw_bytes_per_second")
-        speedup = by_size("gpuledger_bench_train_speedup_ratio")
+        busbw = runs("gpuledger_bench_allreduce_largest_busbw_bytes_per_second")
+        speedup = runs("gpuledger_bench_train_speedup_ratio")
         if not busbw and not speedup:
             return None
         throughput = by_size("gpuledger_bench_train_throughput_samples_per_second")
         models = self.api.query(f"last_over_time(gpuledger_bench_train_speedup_ratio[{r}])", w.end)
         model = models[0].labels.get("model", "") if models else ""
-        efficiency = by_size("gpuledger_bench_train_scaling_efficiency_ratio")
-        return BenchWeek(busbw, speedup, efficiency, throughput.get(1), throughput, model)
+        efficiency = runs("gpuledger_bench_train_scaling_efficiency_ratio")
+        return BenchWeek.of_runs(busbw, speedup, efficiency, throughput, model)
 
 
 def _finite(v: float | None) -> float | None:
