@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -21,7 +22,11 @@ class _Section(BaseModel):
 
 
 class PrometheusSettings(_Section):
-    url: str = Field("http://localhost:9090", description="Prometheus, Thanos, VictoriaMetrics or Mimir query URL")
+    url: str = Field(
+        "http://localhost:9090",
+        description="Prometheus, Thanos, VictoriaMetrics or Mimir query URL (a user:password in it is taken as "
+        "username and password, and never printed)",
+    )
     bearer_token: SecretStr | None = Field(None, description="sent as Authorization: Bearer")
     bearer_token_file: Path | None = Field(None, description="read the bearer token from this file")
     username: str | None = Field(None, description="basic auth user")
@@ -29,11 +34,41 @@ class PrometheusSettings(_Section):
     verify_tls: bool = Field(True, description="check the server's certificate")
     ca_file: Path | None = Field(None, description="CA bundle for the server's certificate")
     timeout: float = Field(30.0, gt=0, description="seconds per query")
-    retries: int = Field(3, ge=0, le=10, description="retries of a failed query, with backoff")
+    connect_timeout: float = Field(2.0, gt=0, description="seconds to connect (an unreachable server fails this fast)")
+    retries: int = Field(
+        3,
+        ge=0,
+        le=10,
+        description="retries with backoff (0.5, 1, 2 s...) once the server failed; then the report fails",
+    )
+    deadline_seconds: float = Field(
+        180.0, gt=0, description="a report's queries, all together, end by then (each query's timeout is capped)"
+    )
     concurrency: int = Field(4, ge=1, le=32, description="queries in flight at once")
     naming: Literal["gpuledger", "dcgm"] = Field("gpuledger", description="which exporter's series to read")
     dcgm_scrape_interval: float = Field(15.0, gt=0, description="dcgm naming: seconds between scrapes")
     kube_state_metrics: bool = Field(True, description="read Kubernetes queue wait from kube-state-metrics")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _userinfo(cls, data: Any) -> Any:
+        """``http://user:password@host``: the credentials go to username and password (a secret),
+        so the URL, in logs and errors, never holds them."""
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+            return data
+        parts = urlsplit(data["url"])
+        if "@" not in parts.netloc:
+            return data
+        if data.get("username") is not None or data.get("password") is not None:
+            raise ValueError("credentials both in url and in username/password: set one")
+        userinfo, _, host = parts.netloc.rpartition("@")
+        user, _, password = userinfo.partition(":")
+        return {
+            **data,
+            "url": urlunsplit(parts._replace(netloc=host)),
+            "username": unquote(user),
+            "password": unquote(password),
+        }
 
     @field_validator("url")
     @classmethod

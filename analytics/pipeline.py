@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 
 from analytics.config import FullSettings
@@ -11,6 +12,7 @@ from analytics.report.model import Report
 from analytics.sources import Source, SourceUnavailable
 from analytics.sources.dcgm import DcgmSource
 from analytics.sources.embedded import EmbeddedSource
+from analytics.sources.promapi import DeadlinePassed, PromAPI
 from analytics.sources.prometheus import PrometheusSource
 from analytics.week_data import Window
 from exporter.config import default_history_path
@@ -30,16 +32,21 @@ def make_source(s: FullSettings) -> Source:
 
 def make_report(source: Source, window: Window, s: FullSettings, *, with_previous: bool = True) -> Report:
     """The window's report; the previous window feeds the week-over-week deltas and benchmark
-    drift. A previous window the source cannot serve only loses the comparison."""
-    data = source.week(window)
-    previous = None
-    if with_previous:
-        try:
-            previous = source.week(window.previous(), jobs=False)
-        except SourceUnavailable as e:
-            log.warning("previous window unavailable (%s): no week-over-week comparison", e)
-        if previous is not None and not previous.gpus:
-            previous = None
+    drift. A previous window the source cannot serve only loses the comparison. A Prometheus
+    source's queries, both windows together, end by ``prometheus.deadline_seconds``."""
+    api = getattr(source, "api", None)
+    with api.report() if isinstance(api, PromAPI) else nullcontext():
+        data = source.week(window)
+        previous = None
+        if with_previous:
+            try:
+                previous = source.week(window.previous(), jobs=False)
+            except DeadlinePassed:
+                raise
+            except SourceUnavailable as e:
+                log.warning("previous window unavailable (%s): no week-over-week comparison", e)
+            if previous is not None and not previous.gpus:
+                previous = None
     return build(data, s.cost, previous=previous, min_coverage=s.analytics.min_coverage)
 
 
