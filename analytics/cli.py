@@ -2,8 +2,9 @@
 file and the environment (the same layers as the exporter's).
 
 Exit codes: 0 done (an incomplete report is still written, and says so); 1 the source could not
-be read or the port was taken; 2 invalid configuration, naming the field; 3 with
-``--fail-incomplete``, a report that was written but is incomplete.
+be read, it has no data in the window (nothing is written) or the port was taken; 2 invalid
+configuration, naming the field; 3 with ``--fail-incomplete``, a report that was written but is
+incomplete.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from analytics import report as rpt
 from analytics.config import FullSettings, overrides_from
-from analytics.pipeline import make_report, make_source, out_dir
+from analytics.pipeline import describe, make_report, make_source, out_dir
 from analytics.sources import SourceUnavailable
 from analytics.week_data import Window, iso_week, last_full_week
 from daemonkit.settings import ConfigError, load_settings
@@ -105,6 +106,10 @@ def run_report(args: argparse.Namespace) -> int:
         return 2
     except SourceUnavailable as e:
         print(f"gpuledger report: source unavailable: {e}", file=sys.stderr)
+        return 1
+    if not r.fleet.gpus:
+        # only what happened: a window without data is an error, never a report of zeros
+        print(f"gpuledger report: no data in {window.label} from {describe(source, s)}", file=sys.stderr)
         return 1
     files = rpt.write(r, s.analytics.formats, out_dir(s))
     f = r.fleet

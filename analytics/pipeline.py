@@ -50,5 +50,12 @@ def make_report(source: Source, window: Window, s: FullSettings, *, with_previou
     return build(data, s.cost, previous=previous, min_coverage=s.analytics.min_coverage)
 
 
+def describe(source: Source, s: FullSettings) -> str:
+    """Where ``source`` reads, for messages: the embedded history's path or the server's URL."""
+    if isinstance(source, EmbeddedSource):
+        return f"the embedded history {source.path}"
+    return f"{source.name} at {s.prometheus.url}"
+
+
 def out_dir(s: FullSettings, override: str | Path | None = None) -> Path:
     return Path(override) if override else s.analytics.reports_dir

@@ -3,7 +3,6 @@ bad configuration named by its field."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -141,12 +140,23 @@ def test_unreachable_sources_exit_1(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("gpuledger-*"))
 
 
-def test_a_week_without_data_is_written_and_marked_incomplete(hist: Path, tmp_path: Path) -> None:
-    args = ("report", "--source", "embedded", "--history", str(hist), "--week", "2026-W48", "--format", "json")
-    r = run_cli(*args, "--out", str(tmp_path))
-    assert r.returncode == 0 and "INCOMPLETE: no GPU data in this window" in r.stderr
-    assert not json.loads((tmp_path / "gpuledger-2026-W48.json").read_text())["complete"]
-    assert run_cli(*args, "--out", str(tmp_path), "--fail-incomplete").returncode == 3
+def test_a_week_without_data_exits_1_and_writes_nothing(hist: Path, tmp_path: Path) -> None:
+    # only what happened: a window with no data is an error, and the reports already there stay
+    existing = {
+        f"gpuledger-{w}.{ext}": f"earlier {w} {ext}".encode()
+        for w in ("2026-W48", "2027-W10")
+        for ext in ("json", "md")
+    }
+    for name, body in existing.items():
+        (tmp_path / name).write_bytes(body)
+    for week in ("2026-W48", "2027-W10"):  # before the history, and in the future
+        args = ("report", "--source", "embedded", "--history", str(hist), "--week", week)
+        for extra in ((), ("--fail-incomplete",)):
+            r = run_cli(*args, *extra, "--out", str(tmp_path))
+            assert r.returncode == 1, r.stderr
+            assert r.stderr.strip() == f"gpuledger report: no data in {week} from the embedded history {hist}"
+            assert "wrote" not in r.stdout
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == existing
 
 
 def _start(*args: str) -> subprocess.Popen[str]:
