@@ -119,6 +119,8 @@ def run_report(args: argparse.Namespace) -> int:
         f"{r.currency}, {useful} {r.currency} per useful GPU-hour ({r.useful_measure}), "
         f"idle {f.idle_cost:,.2f} {r.currency}, coverage {_pct(r.coverage)}"
     )
+    for note in r.window_notes():
+        print(f"  {note}")
     for path in files:
         print(f"  wrote {path}")
     if not r.complete:

@@ -102,6 +102,9 @@ class CostModel(_Model):
     useful: Literal["busy", "sm_active"] = Field("busy", description="what counts as a useful GPU-hour")
     rules: list[PriceRule] = Field(default_factory=list, description="first match wins")
     default: PriceRule | None = Field(None, description="for GPUs no rule matches")
+    min_useful_gpu_hours: float = Field(
+        1.0, ge=0, description="below this many useful GPU-hours, cost per useful GPU-hour is n/a"
+    )
 
     @property
     def example_prices(self) -> bool:

@@ -176,6 +176,7 @@ class WeekData:
     bench: BenchWeek | None = None
     approximations: tuple[str, ...] = ()  # what this source could only estimate
     problems: tuple[str, ...] = ()  # parts that could not be read: the report is incomplete
+    history_start: float | None = None  # the source's first data (epoch seconds); None: not known
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,11 @@
 """Week data + cost model -> the report. Pure arithmetic, no I/O.
 
-Per GPU: hardware cost = the matching rule's hourly rate × the window's hours (a GPU costs whether
-or not it works); energy cost from its energy (flat price or tariff, × PUE); useful hours = busy or
-SM-active hours (``cost.useful``); effective cost per useful GPU-hour = total / useful; idle cost =
-the hardware (or rental) rate × the hours that were not useful (so it adds up across GPUs and
+Per GPU: hardware cost = the matching rule's hourly rate × the window's charged hours (a GPU costs
+whether or not it works; only what happened: from the first data, when the history begins inside
+the window, up to now, when the window ends later); energy cost from its energy (flat price or
+tariff, × PUE); useful hours = busy or SM-active hours (``cost.useful``); effective cost per
+useful GPU-hour = total / useful (None below ``cost.min_useful_gpu_hours``); idle cost = the
+hardware (or rental) rate × the charged hours that were not useful (so it adds up across GPUs and
 across days; the energy an idle GPU draws stays in the energy cost). Groups (host, model, fleet)
 sum their GPUs; users and jobs are charged for the hours they held a GPU at its hourly rate plus
 their apportioned energy.
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 from analytics.cost import JOULES_PER_KWH, CostModel, PriceRule, breakeven_utilisation, gpu_cost
 from analytics.report import judge
-from analytics.report.model import CostRow, DayRow, FailureRow, PriceRow, QueueRow, RentRow, Report
+from analytics.report.model import CostRow, DayRow, FailureRow, PriceRow, QueueRow, RentRow, Report, window_notes
 from analytics.week_data import GpuWeek, WeekData, days
 from exporter.slurm import states
 
@@ -85,8 +87,9 @@ class _Acc:
         self.energy_cost += f.energy_cost
         self.idle_cost += f.idle_cost
 
-    def row(self, group: str, key: str) -> CostRow:
+    def row(self, group: str, key: str, min_useful_h: float = 0.0) -> CostRow:
         h = 3600.0
+        useful_h = self.useful / h
         sm = _sum(self.sm)
         total = self.hardware + self.energy_cost
         energy = _sum(self.energy)
@@ -107,7 +110,7 @@ class _Acc:
             energy_cost=self.energy_cost,
             hardware_cost=self.hardware,
             total_cost=total,
-            cost_per_useful_gpu_hour=total / (self.useful / h) if self.useful / h > 0 else None,
+            cost_per_useful_gpu_hour=total / useful_h if useful_h > 0 and useful_h >= min_useful_h else None,
             idle_cost=self.idle_cost,
             coverage=self.sampled / self.available if self.available > 0 else 0.0,
         )
@@ -122,6 +125,14 @@ def build(
     now: float | None = None,
 ) -> Report:
     w = data.window
+    generated = now or time.time()
+    # only what happened: charge from the first data (a window starting before the history) up
+    # to now (a window ending later)
+    first = data.history_start
+    clipped = first is not None and first > w.start
+    start = min(first, w.end) if first is not None and clipped else w.start
+    end = max(start, min(w.end, generated))
+    charged_s = end - start
     groups: dict[str, dict[str, _Acc]] = defaultdict(lambda: defaultdict(_Acc))
     fleet = _Acc()
     hourly: dict[str, float] = {}  # uuid -> hardware cost of an hour
@@ -137,12 +148,12 @@ def build(
             priced.setdefault((g.host, g.model), rule)
             priced_gpus[(g.host, g.model)] += 1
         hourly[g.uuid] = rule.hourly() if rule is not None else 0.0
-        c = gpu_cost(cost, rule, w.hours, g.energy_j, g.energy_by_hour, w.start, w.timezone)
+        c = gpu_cost(cost, rule, charged_s / 3600, g.energy_j, g.energy_by_hour, w.start, w.timezone)
         per_joule[g.uuid] = c.energy / g.energy_j if g.energy_j else 0.0
         useful = _useful(g, cost)
         fig = _Fig(
             gpus=1,
-            available_s=w.seconds,
+            available_s=charged_s,
             sampled_s=g.sampled_s,
             busy_s=g.busy_s,
             useful_s=useful,
@@ -152,7 +163,7 @@ def build(
             energy_j=g.energy_j,
             hardware=c.hardware,
             energy_cost=c.energy,
-            idle_cost=hourly[g.uuid] * max(0.0, w.seconds - useful) / 3600,
+            idle_cost=hourly[g.uuid] * max(0.0, charged_s - useful) / 3600,
         )
         fleet.add(fig)
         for group, key in (("host", g.host), ("model", g.model), ("gpu", f"{g.host}/{g.gpu} {g.uuid}")):
@@ -177,30 +188,35 @@ def build(
         groups["user"][j.job.user or "(unknown)"].add(fig)
         key = j.job.job_id or (f"{j.job.namespace}/{j.job.pod}" if j.job.pod else f"{j.job.user or '?'} (no job)")
         groups["job"][key].add(fig)
+    min_h = cost.min_useful_gpu_hours
     rows = [
-        acc.row(group, key)
+        acc.row(group, key, min_h)
         for group in ("host", "model", "gpu", "user", "job")
         for key, acc in sorted(groups[group].items())
     ]
-    fleet_row = fleet.row("fleet", "fleet")
+    fleet_row = fleet.row("fleet", "fleet", min_h)
     reasons = list(data.problems)
     if not data.gpus:
         reasons.append("no GPU data in this window")
     elif fleet_row.coverage < min_coverage:
-        gaps = sum(1 for g in data.gpus if g.sampled_s < min_coverage * w.seconds)
+        gaps = sum(1 for g in data.gpus if g.sampled_s < min_coverage * charged_s)
         reasons.append(
             f"coverage {100 * fleet_row.coverage:.1f} % (< {100 * min_coverage:.0f} %): "
             f"{gaps} of {len(data.gpus)} GPUs have gaps"
         )
     if unpriced:
         reasons.append("no price for " + ", ".join(sorted(unpriced)))
-    prev_report = build(previous, cost, min_coverage=min_coverage, now=now) if previous is not None else None
+    prev_report = build(previous, cost, min_coverage=min_coverage, now=generated) if previous is not None else None
+    in_progress = w.end > generated
+    elapsed = (end - w.start) / w.seconds if w.seconds > 0 else 1.0
+    notes = ["example prices: set [cost] for yours"] if cost.example_prices else []
+    notes += window_notes(in_progress, elapsed, start if clipped else None, w.timezone)
     return Report(
         week=w.label,
         start=w.start,
         end=w.end,
         timezone=w.timezone,
-        generated_at=now or time.time(),
+        generated_at=generated,
         currency=cost.currency,
         useful_measure=cost.useful,
         source=data.source,
@@ -223,7 +239,7 @@ def build(
             _queue(data),
             prev_report.queue if prev_report else [],
         ),
-        notes=["example prices: set [cost] for yours"] if cost.example_prices else [],
+        notes=notes,
         prices=[
             PriceRow(
                 host,
@@ -236,6 +252,11 @@ def build(
             )
             for (host, model), rule in sorted(priced.items())
         ],
+        charged_start=start,
+        charged_end=end,
+        history_start=start if clipped else None,
+        in_progress=in_progress,
+        elapsed=elapsed,
     )
 
 

@@ -30,6 +30,7 @@ def to_markdown(report: Report) -> str:
     if not r.complete:
         out += ["> **⚠ INCOMPLETE:** parts of this week could not be read; figures below are partial.", ">"]
         out += [f"> - {md_escape(reason)}" for reason in r.incomplete_reasons] + [""]
+    out += [line for x in r.window_notes() for line in (f"> **ⓘ** {md_escape(x)}", "")]
     if r.example_prices:
         out += [f"> **{md_escape(EXAMPLE_PRICES)}**", ""]
     out += ["## Headline", "", md_escape(summary(r)), ""]

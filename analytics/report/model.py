@@ -6,6 +6,8 @@ by this source" (and renders as a dash), never zero.
 
 from __future__ import annotations
 
+import datetime as dt
+import zoneinfo
 from dataclasses import dataclass, field
 
 from daemonkit.jsondoc import STRICT
@@ -160,6 +162,26 @@ class Report:
     schema: str = SCHEMA
     notes: list[str] = field(default_factory=list)
     prices: list[PriceRow] = field(default_factory=list)
+    charged_start: float | None = None  # the hours charged: from the first data (or the start)...
+    charged_end: float | None = None  # ...up to now (or the end); None in older reports: the window
+    history_start: float | None = None  # set when the window starts before the history: its first data
+    in_progress: bool = False  # the window ends after the report was made
+    elapsed: float = 1.0  # share of the window's hours that had elapsed when the report was made
 
     def group(self, name: str) -> list[CostRow]:
         return [r for r in self.rows if r.group == name]
+
+    def window_notes(self) -> list[str]:
+        """The banner lines of a window that is not complete and past: in progress, history start."""
+        return window_notes(self.in_progress, self.elapsed, self.history_start, self.timezone)
+
+
+def window_notes(in_progress: bool, elapsed: float, history_start: float | None, timezone: str) -> list[str]:
+    """What the window's figures cover when it is not a complete, past window."""
+    out = []
+    if history_start is not None:
+        local = dt.datetime.fromtimestamp(history_start, zoneinfo.ZoneInfo(timezone))
+        out.append(f"history starts {local:%Y-%m-%d %H:%M}: the hours before it are not charged")
+    if in_progress:
+        out.append(f"in progress, {100 * elapsed:.0f} % elapsed: only the hours up to now are charged")
+    return out

@@ -37,6 +37,7 @@ class EmbeddedSource:
             per_job = self._jobs(window, {g.uuid: g.host for g in gpus}) if jobs else []
             queue, failures = self._scheduler(window)
             bench = self._bench(window)
+            first = self._first_minute()
         except sqlite3.Error as e:
             raise SourceUnavailable(f"embedded history {self.path}: {e}") from e
         return WeekData(
@@ -48,7 +49,12 @@ class EmbeddedSource:
             tuple(failures),
             bench,
             approximations=("pending GPU-hours count finished jobs only",),
+            history_start=first,
         )
+
+    def _first_minute(self) -> float | None:
+        (first,) = self.db.execute("SELECT MIN(minute) FROM gpu_minutes").fetchone()
+        return None if first is None else float(first)
 
     def _gpus(self, w: Window) -> list[GpuWeek]:
         ident = history.gpus(self.db)
