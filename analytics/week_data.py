@@ -93,6 +93,9 @@ class JobWeek:
     sampled_s: float
     busy_s: float
     energy_j: float
+    sm_active_s: float | None = None  # None: not measured by this source
+    allocated_idle_s: float | None = None
+    partition: str = ""  # the scheduler's partition, where the source knows it
 
 
 @dataclass(frozen=True)

@@ -287,3 +287,48 @@ def test_a_tariff_costs_the_same_from_prometheus_and_the_embedded_history(
     assert b.fleet.energy_cost == pytest.approx(truth, rel=1e-9)
     flat = build(embedded, CostModel(energy_price_per_kwh=0.20, pue=1.25)).fleet.energy_cost
     assert a.fleet.energy_cost > 1.2 * flat  # weekday daytime load at the peak price
+
+
+def test_embedded_jobs_carry_gpus_idle_sm_and_partition(embedded: WeekData, fleet: Fleet) -> None:
+    """The embedded history's job rows: GPUs (distinct uuids), allocated-idle and SM-active seconds
+    (the GPU's, in the job's minutes: each synthetic job holds its GPU alone) and the partition."""
+    gpus: dict[str, set[str]] = {}
+    idle: dict[str, float] = {}
+    sm: dict[str, float] = {}
+    for uuid, spans in fleet.job_minutes.items():
+        for key, first, last in spans:
+            gpus.setdefault(key.job_id, set()).add(uuid)
+            for _, _, s, _, i, _ in fleet.minutes[uuid][first:last]:
+                idle[key.job_id] = idle.get(key.job_id, 0.0) + i
+                sm[key.job_id] = sm.get(key.job_id, 0.0) + s
+    got_idle: dict[str, float] = {}
+    got_sm: dict[str, float] = {}
+    for j in embedded.jobs:
+        assert j.allocated_idle_s is not None and j.sm_active_s is not None
+        got_idle[j.job.job_id] = got_idle.get(j.job.job_id, 0.0) + j.allocated_idle_s
+        got_sm[j.job.job_id] = got_sm.get(j.job.job_id, 0.0) + j.sm_active_s
+    assert got_idle.keys() == idle.keys() and any(v > 0 for v in idle.values())
+    for job_id, v in idle.items():
+        assert math.isclose(got_idle[job_id], v, rel_tol=EXACT, abs_tol=1e-6)
+        assert math.isclose(got_sm[job_id], sm[job_id], rel_tol=EXACT, abs_tol=1e-6)
+    partition = {j.job_id: j.partition for j in fleet.jobs}
+    finished = {j.job_id for j in fleet.jobs if j.end < embedded.window.end}
+    assert all(j.partition == partition[j.job.job_id] for j in embedded.jobs if j.job.job_id in finished)
+    report = build(embedded, CostModel(), now=embedded.window.end + 1)
+    jobs = {r.key: r for r in report.group("job")}
+    assert {k: r.gpus for k, r in jobs.items()} == {k: len(v) for k, v in gpus.items()}
+    for k, r in jobs.items():
+        assert r.allocated_idle_gpu_hours is not None and r.sm_activity is not None
+        assert math.isclose(r.allocated_idle_gpu_hours, idle[k] / 3600, rel_tol=1e-9, abs_tol=1e-9)
+    users = report.group("user")
+    assert users and all(u.gpus > 0 and u.allocated_idle_gpu_hours is not None for u in users)
+    per_user: dict[str, set[str]] = {}
+    for uuid, spans in fleet.job_minutes.items():
+        for key, _, _ in spans:
+            per_user.setdefault(key.user, set()).add(uuid)
+    assert {u.key: u.gpus for u in users} == {u: len(v) for u, v in per_user.items()}
+    # the held-but-idle table: worst idle cost first, every row idle
+    idle_rows = report.idle_holders
+    assert idle_rows and [r.idle_cost for r in idle_rows] == sorted((r.idle_cost for r in idle_rows), reverse=True)
+    worst = max(jobs.values(), key=lambda r: r.idle_cost)
+    assert idle_rows[0].job == worst.key and idle_rows[0].idle_cost == worst.idle_cost

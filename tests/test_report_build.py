@@ -157,6 +157,31 @@ def test_users_and_jobs_pay_for_the_hours_they_held() -> None:
     assert sum(x.total_cost for x in r.group("user")) < r.fleet.total_cost  # the rest of the week nobody held it
 
 
+def test_the_worst_idle_holder_leads_the_idle_table_whatever_its_total_cost() -> None:
+    """25 busy jobs cost more than the idle holder, so it is not among the top 20 jobs by total
+    cost, but it holds the most idle hours: first in the held-but-idle table, with its partition."""
+    rule = PriceRule(purchase_price=8760 * 4, depreciation_years=4)  # 1.00 per hour
+    gpus = tuple(_gpu(f"GPU-{i}", energy_kwh=100) for i in range(27))
+    busy = tuple(
+        JobWeek(f"GPU-{i}", "n1", JobKey(f"b{i}", "bob"), 10 * HOUR, 9.5 * HOUR, 10 * 3.6e6, partition="gpu")
+        for i in range(25)
+    )
+    idle = (
+        JobWeek("GPU-25", "n1", JobKey("idle", "carol"), 3.2 * HOUR, 0.0, 0.0, None, 3.2 * HOUR, "debug"),
+        JobWeek("GPU-26", "n1", JobKey("idle", "carol"), 3.2 * HOUR, 0.0, 0.0, None, 3.2 * HOUR, "debug"),
+    )
+    r = build(WeekData(WEEK, "t", gpus, jobs=busy + idle), CostModel(pue=1.0, energy_price_per_kwh=0.5, rules=[rule]))
+    top20 = sorted(r.group("job"), key=lambda row: -row.total_cost)[:20]
+    assert "idle" not in {row.key for row in top20}
+    first = r.idle_holders[0]
+    assert (first.user, first.job, first.partition, first.gpus) == ("carol", "idle", "debug", 2)
+    assert first.idle_gpu_hours == pytest.approx(6.4) and first.idle_cost == pytest.approx(6.4)
+    assert len(r.idle_holders) == 20 and all(x.idle_cost == pytest.approx(0.5) for x in r.idle_holders[1:])
+    job = next(x for x in r.group("job") if x.key == "idle")
+    assert job.gpus == 2 and job.allocated_idle_gpu_hours == pytest.approx(6.4)
+    assert next(x for x in r.group("user") if x.key == "bob").gpus == 25
+
+
 def test_a_boot_fail_job_counts_as_failed() -> None:
     finished = {"COMPLETED": 5, "FAILED": 1, "BOOT_FAIL": 1, "DEADLINE": 1, "TIMEOUT": 2, "PREEMPTED": 1}
     r = build(WeekData(WEEK, "t", (_gpu(),), failures=(FailureWeek("gpu", finished, 0, 3.5),)), CostModel())

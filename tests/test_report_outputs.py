@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from analytics.report.csvio import to_csv
+from analytics.report.html import to_html
 from analytics.report.jsonio import from_json, to_json
 from analytics.report.markdown import to_markdown
 from analytics.report.model import SCHEMA, CostRow
@@ -65,7 +66,18 @@ def test_csv_parses_back_with_hostile_keys() -> None:
     files = to_csv(report)
     assert set(files) == {
         f"{n}.csv"
-        for n in ("costs", "daily", "queue", "failures", "benchmarks", "multi_gpu", "rent_vs_buy", "deltas", "prices")
+        for n in (
+            "costs",
+            "daily",
+            "queue",
+            "failures",
+            "benchmarks",
+            "multi_gpu",
+            "rent_vs_buy",
+            "deltas",
+            "prices",
+            "idle_holders",
+        )
     }
     costs = list(csv.DictReader(io.StringIO(files["costs.csv"])))
     assert len(costs) == len(report.rows) + 1
@@ -116,7 +128,7 @@ def test_write_all_formats(tmp_path: Path) -> None:
     assert all(p.is_file() for p in paths)
     names = {p.relative_to(out).as_posix() for p in paths}
     assert {"gpuledger-2026-W48.json", "gpuledger-2026-W48.md", "gpuledger-2026-W48.html"} <= names
-    assert "gpuledger-2026-W48-csv/costs.csv" in names and len(names) == 3 + 9
+    assert "gpuledger-2026-W48-csv/costs.csv" in names and len(names) == 3 + 10
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]  # no temporary left behind
     assert from_json((out / "gpuledger-2026-W48.json").read_text(encoding="utf-8")) == sample_report()
 
@@ -125,3 +137,22 @@ def test_write_rejects_unknown_format(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="pdf"):
         write(sample_report(), ["md", "pdf"], tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_idle_table_renders_everywhere_and_older_json_loads_without_it() -> None:
+    report = sample_report(hostile=False)
+    md = to_markdown(report)
+    assert "## Held but idle (top 20 by idle cost)" in md
+    assert "| carol | slurm:4711 | long | 2 | 6.4 h | 7.30 |" in md
+    assert "| bob | slurm:4301 | — | 1 | 1.5 h | 1.71 |" in md
+    page = to_html(report)
+    assert "Held but idle (top 20 by idle cost)" in page and page.index("carol") < page.index("slurm:4301")
+    rows = list(csv.DictReader(io.StringIO(to_csv(report)["idle_holders.csv"])))
+    assert [(r["user"], r["job"], r["partition"], r["gpus"]) for r in rows] == [
+        ("carol", "slurm:4711", "long", "2"),
+        ("bob", "slurm:4301", "", "1"),
+    ]
+    data = json.loads(to_json(report))
+    del data["idle_holders"]
+    assert from_json(json.dumps(data)).idle_holders == []
+    assert from_json(to_json(report)) == report

@@ -20,7 +20,18 @@ from dataclasses import dataclass
 
 from analytics.cost import JOULES_PER_KWH, CostModel, PriceRule, breakeven_utilisation, gpu_cost
 from analytics.report import judge
-from analytics.report.model import CostRow, DayRow, FailureRow, PriceRow, QueueRow, RentRow, Report, window_notes
+from analytics.report.model import (
+    TOP_IDLE,
+    CostRow,
+    DayRow,
+    FailureRow,
+    IdleRow,
+    PriceRow,
+    QueueRow,
+    RentRow,
+    Report,
+    window_notes,
+)
 from analytics.week_data import GpuWeek, WeekData, days
 from exporter.slurm import states
 
@@ -59,6 +70,7 @@ class _Fig:
     hardware: float
     energy_cost: float
     idle_cost: float  # the hardware rate x the hours that were not useful
+    uuids: frozenset[str] = frozenset()  # a job's GPUs: a group counts distinct GPUs
 
 
 class _Acc:
@@ -72,9 +84,11 @@ class _Acc:
         self.idle: list[float | None] = []
         self.energy: list[float | None] = []
         self.hardware = self.energy_cost = self.idle_cost = 0.0
+        self.uuids: set[str] = set()
 
     def add(self, f: _Fig) -> None:
         self.gpus += f.gpus
+        self.uuids |= f.uuids
         self.available += f.available_s
         self.sampled += f.sampled_s
         self.busy += f.busy_s
@@ -96,7 +110,7 @@ class _Acc:
         return CostRow(
             group=group,
             key=key,
-            gpus=self.gpus,
+            gpus=self.gpus + len(self.uuids),
             available_gpu_hours=self.available / h,
             sampled_gpu_hours=self.sampled / h,
             busy_gpu_hours=self.busy / h,
@@ -168,6 +182,7 @@ def build(
         fleet.add(fig)
         for group, key in (("host", g.host), ("model", g.model), ("gpu", f"{g.host}/{g.gpu} {g.uuid}")):
             groups[group][key].add(fig)
+    holders: dict[str, tuple[str, str]] = {}  # job key -> (user, partition)
     for j in data.jobs:
         # a job pays its GPU's hourly rate for the hours it held it, and its share of the energy
         rate = hourly.get(j.uuid, 0.0)
@@ -177,17 +192,20 @@ def build(
             sampled_s=j.sampled_s,
             busy_s=j.busy_s,
             useful_s=j.busy_s,
-            sm_s=None,
+            sm_s=j.sm_active_s,
             alloc_s=j.sampled_s,
-            idle_s=None,
+            idle_s=j.allocated_idle_s,
             energy_j=j.energy_j,
             hardware=rate * j.sampled_s / 3600,
             energy_cost=j.energy_j * per_joule.get(j.uuid, 0.0),
             idle_cost=rate * max(0.0, j.sampled_s - j.busy_s) / 3600,
+            uuids=frozenset({j.uuid}),
         )
         groups["user"][j.job.user or "(unknown)"].add(fig)
         key = j.job.job_id or (f"{j.job.namespace}/{j.job.pod}" if j.job.pod else f"{j.job.user or '?'} (no job)")
         groups["job"][key].add(fig)
+        user, part = holders.get(key, ("", ""))
+        holders[key] = (user or j.job.user or "(unknown)", part or j.partition)
     min_h = cost.min_useful_gpu_hours
     rows = [
         acc.row(group, key, min_h)
@@ -257,7 +275,26 @@ def build(
         history_start=start if clipped else None,
         in_progress=in_progress,
         elapsed=elapsed,
+        idle_holders=_idle_holders(groups["job"], holders),
     )
+
+
+def _idle_holders(jobs: dict[str, _Acc], holders: dict[str, tuple[str, str]]) -> list[IdleRow]:
+    """The jobs that held GPUs idle, worst (highest idle cost) first: whatever their total cost."""
+    rows = [
+        IdleRow(
+            holders[key][0],
+            key,
+            holders[key][1],
+            len(acc.uuids),
+            max(0.0, acc.sampled - acc.busy) / 3600,
+            acc.idle_cost,
+        )
+        for key, acc in jobs.items()
+        for user, part in [holders[key]]
+        if acc.sampled > acc.busy
+    ]
+    return sorted(rows, key=lambda r: (-r.idle_cost, -r.idle_gpu_hours, r.job))[:TOP_IDLE]
 
 
 def _daily(data: WeekData) -> list[DayRow]:

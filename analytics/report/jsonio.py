@@ -15,6 +15,7 @@ from analytics.report.model import (
     DayRow,
     Delta,
     FailureRow,
+    IdleRow,
     PriceRow,
     QueueRow,
     RentRow,
@@ -33,6 +34,7 @@ LISTS: dict[str, type[Any]] = {  # the report's row lists and their row types; C
     "rent_vs_buy": RentRow,
     "deltas": Delta,
     "prices": PriceRow,
+    "idle_holders": IdleRow,
 }
 _REPORT = TypeAdapter(Report)
 _FIELDS = {name: TypeAdapter(hint) for name, hint in typing.get_type_hints(Report).items()}

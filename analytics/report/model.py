@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from daemonkit.jsondoc import STRICT
 
 SCHEMA = "gpuledger.report/v1"
+TOP_IDLE = 20  # rows of the held-but-idle table (Report.idle_holders)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,18 @@ class PriceRow:
 
 
 @dataclass(frozen=True)
+class IdleRow:
+    """A job that held GPUs without using them: the worst idle holders, by idle cost."""
+
+    user: str
+    job: str
+    partition: str  # "" where the source does not know it
+    gpus: int
+    idle_gpu_hours: float  # hours held and not useful (held - busy)
+    idle_cost: float  # the hardware or rental rate x those hours
+
+
+@dataclass(frozen=True)
 class Delta:
     figure: str
     value: float | None
@@ -167,6 +180,7 @@ class Report:
     history_start: float | None = None  # set when the window starts before the history: its first data
     in_progress: bool = False  # the window ends after the report was made
     elapsed: float = 1.0  # share of the window's hours that had elapsed when the report was made
+    idle_holders: list[IdleRow] = field(default_factory=list)  # top jobs by idle cost; [] in older reports
 
     def group(self, name: str) -> list[CostRow]:
         return [r for r in self.rows if r.group == name]

@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from analytics.report.model import (
+    TOP_IDLE,
     BenchRow,
     CostRow,
     DayRow,
     Delta,
     FailureRow,
+    IdleRow,
     PriceRow,
     QueueRow,
     RentRow,
@@ -26,6 +28,7 @@ from analytics.report.model import (
 
 DASH = "—"  # not measured: never rendered as 0
 TOP_JOBS = 20
+NO_IDLE = "No job held a GPU idle."
 
 # ---------------------------------------------------------------- formatting
 
@@ -243,6 +246,15 @@ RENT: Columns[RentRow] = [
     ("Verdict", lambda x: x.verdict),
 ]
 
+IDLE: Columns[IdleRow] = [
+    ("User", lambda x: x.user),
+    ("Job", lambda x: x.job),
+    ("Partition", lambda x: x.partition or DASH),
+    ("GPUs", lambda x: f"{x.gpus:,}"),
+    ("Held idle GPU-h", lambda x: hours(x.idle_gpu_hours)),
+    ("Idle cost ({cur})", lambda x: money(x.idle_cost)),
+]
+
 PRICES: Columns[PriceRow] = [
     ("Host", lambda p: p.host),
     ("Model", lambda p: p.model),
@@ -277,6 +289,9 @@ def tables(r: Report) -> list[Table]:
         _table("daily", "Daily", DAILY, r.daily, c),
         *(_table(slug, name, [(first, lambda x: x.key), *COST], r.group(g), c) for slug, name, first, g in groups),
         _table("jobs", f"Jobs (top {TOP_JOBS} by total cost)", [("Job", lambda x: x.key), *COST], jobs, c),
+        _table(
+            "idle", f"Held but idle (top {TOP_IDLE} by idle cost)", IDLE, r.idle_holders, c, "No job held a GPU idle."
+        ),
         _table("gpus", "GPUs", [("GPU", lambda x: x.key), *COST], r.group("gpu"), c),
         _table("queue", "Queue", QUEUE, r.queue, c),
         _table("failures", "Failures", FAILURES, r.failures, c),

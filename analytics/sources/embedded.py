@@ -92,8 +92,20 @@ class EmbeddedSource:
         return out
 
     def _jobs(self, w: Window, hosts: dict[str, str]) -> list[JobWeek]:
+        # the partition of jobs that finished in or after the week (a running job's is not stored)
+        partition = {j.job_id: j.partition for j in history.finished_jobs(self.db, w.start, w.end + 400 * 86400)}
         return [
-            JobWeek(t.uuid, hosts.get(t.uuid, ""), t.job, t.sampled_seconds, t.busy_seconds, t.energy_joules)
+            JobWeek(
+                t.uuid,
+                hosts.get(t.uuid, ""),
+                t.job,
+                t.sampled_seconds,
+                t.busy_seconds,
+                t.energy_joules,
+                t.sm_active_seconds,
+                t.allocated_idle_seconds,
+                partition.get(t.job.job_id, ""),
+            )
             for t in history.job_totals(self.db, int(w.start), int(w.end))
         ]
 

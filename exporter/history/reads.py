@@ -45,6 +45,10 @@ class JobTotals:
     sampled_seconds: float
     busy_seconds: float
     energy_joules: float
+    # the GPU's minutes apportioned by the job's share of their sampled seconds (exact for a job
+    # that holds the GPU alone); None: no minute measured it
+    sm_active_seconds: float | None = None
+    allocated_idle_seconds: float | None = None
 
 
 def gpus(db: sqlite3.Connection) -> dict[str, GpuIdentity]:
@@ -70,15 +74,23 @@ def gpu_hours(db: sqlite3.Connection, start: int, end: int) -> list[GpuHour]:
 
 
 def job_totals(db: sqlite3.Connection, start: int, end: int) -> list[JobTotals]:
-    """Per GPU and job, increments summed over minutes in [start, end), in uuid and job order."""
+    """Per GPU and job, increments summed over minutes in [start, end), in uuid and job order.
+    SM-active and allocated-idle seconds are the GPU's in the job's minutes, times the job's share
+    of the GPU's sampled seconds there."""
     rows = db.execute(
-        "SELECT uuid, job_id, user, pod, namespace, container, sum(sampled_seconds), sum(busy_seconds), "
-        "sum(energy_joules) FROM job_minutes WHERE minute >= ? AND minute < ? "
-        "GROUP BY uuid, job_id, user, pod, namespace, container "
-        "ORDER BY uuid, job_id, user, pod, namespace, container",
+        "SELECT j.uuid, j.job_id, j.user, j.pod, j.namespace, j.container, sum(j.sampled_seconds), "
+        "sum(j.busy_seconds), sum(j.energy_joules), "
+        "sum(g.sm_active_seconds * j.sampled_seconds / g.sampled_seconds), "
+        "sum(g.allocated_idle_seconds * j.sampled_seconds / g.sampled_seconds) "
+        "FROM job_minutes j LEFT JOIN gpu_minutes g ON g.uuid = j.uuid AND g.minute = j.minute "
+        "WHERE j.minute >= ? AND j.minute < ? "
+        "GROUP BY j.uuid, j.job_id, j.user, j.pod, j.namespace, j.container "
+        "ORDER BY j.uuid, j.job_id, j.user, j.pod, j.namespace, j.container",
         (start, end),
     )
-    return [JobTotals(uuid, JobKey(j, u, p, n, c), s, b, e) for uuid, j, u, p, n, c, s, b, e in rows]
+    return [
+        JobTotals(uuid, JobKey(j, u, p, n, c), s, b, e, sm, idle) for uuid, j, u, p, n, c, s, b, e, sm, idle in rows
+    ]
 
 
 def bench_records(db: sqlite3.Connection, since: float = 0.0) -> list[BenchRecord]:

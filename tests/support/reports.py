@@ -9,6 +9,7 @@ from analytics.report.model import (
     DayRow,
     Delta,
     FailureRow,
+    IdleRow,
     PriceRow,
     QueueRow,
     RentRow,
@@ -136,4 +137,5 @@ def sample_report(hostile: bool = True) -> Report:
         deltas=deltas,
         notes=["prices from the example rule", HOSTILE_NOTE if hostile else "no notes"],
         prices=[PriceRow(host, "NVIDIA H200", "owned", 4, 1.14, False, True) for host in ("gpu-a", HOSTILE_HOST)],
+        idle_holders=[IdleRow(user, job, partition, 2, 6.4, 7.30), IdleRow("bob", "slurm:4301", "", 1, 1.5, 1.71)],
     )
