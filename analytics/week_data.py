@@ -83,6 +83,7 @@ class GpuWeek:
     energy_j: float | None
     energy_by_hour: tuple[float, ...] | None = None  # joules per hour of the window, for tariffs
     daily: tuple[GpuDay, ...] = ()  # per local day of the window
+    stalled_s: float | None = None  # busy seconds that were stalled (not useful); None: not measured
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,11 @@ class JobWeek:
     sm_active_s: float | None = None  # None: not measured by this source
     allocated_idle_s: float | None = None
     partition: str = ""  # the scheduler's partition, where the source knows it
+    # the job's share of the GPU's time (rounds x its share when jobs share the GPU); None: not
+    # counted by this source, the report then charges the held time, scaled so the GPU's jobs
+    # never pay for more time than the GPU had
+    charged_s: float | None = None
+    stalled_s: float | None = None  # the job's stalled busy seconds; None: not measured
 
 
 @dataclass(frozen=True)
