@@ -24,6 +24,7 @@ from analytics.sources.prometheus import PrometheusSource
 from analytics.synthetic import Fleet
 from analytics.week_data import BenchWeek, WeekData, Window, iso_week
 from exporter.slurm.watcher import WAIT_BUCKETS
+from tests.support.conservation import assert_conserves
 from tests.support.fleet import WEEK, history, prometheus, small_fleet, truth_quantile
 from tests.support.prometheus import PrometheusServer
 
@@ -204,6 +205,8 @@ def test_prometheus_and_embedded_give_the_same_report(from_prom: WeekData, embed
     for user, c in users_b.items():  # per-job series: within one scrape per job
         assert users_a[user] == pytest.approx(c, rel=0.01)
     assert [(x.world_size, x.verdict) for x in a.multi_gpu] == [(x.world_size, x.verdict) for x in b.multi_gpu]
+    assert_conserves(a)  # from either source: users + unallocated = jobs + unallocated = hosts = fleet
+    assert_conserves(b)
 
 
 @pytest.mark.integration

@@ -3,12 +3,17 @@
 Per GPU: hardware cost = the matching rule's hourly rate × the window's charged hours (a GPU costs
 whether or not it works; only what happened: from the first data, when the history begins inside
 the window, up to now, when the window ends later); energy cost from its energy (flat price or
-tariff, × PUE); useful hours = busy or SM-active hours (``cost.useful``); effective cost per
-useful GPU-hour = total / useful (None below ``cost.min_useful_gpu_hours``); idle cost = the
-hardware (or rental) rate × the charged hours that were not useful (so it adds up across GPUs and
-across days; the energy an idle GPU draws stays in the energy cost). Groups (host, model, fleet)
-sum their GPUs; users and jobs are charged for the hours they held a GPU at its hourly rate plus
-their apportioned energy.
+tariff, × PUE); useful hours = busy hours less the stalled ones, or SM-active hours
+(``cost.useful``); effective cost per useful GPU-hour = total / useful (None below
+``cost.min_useful_gpu_hours``); idle cost = the hardware (or rental) rate × the charged hours that
+were not useful (so it adds up across GPUs and across days; the energy an idle GPU draws stays in
+the energy cost). Groups (host, model, fleet) sum their GPUs.
+
+Chargeback conserves cost: a job pays its GPU's rate for its *charged* time (its share of the
+GPU's rounds when jobs share it; the held time where the source has no shares) plus its
+apportioned energy; on each GPU, its jobs together never pay more, in any column, than the GPU
+costs (scaled down where a source's figures would say otherwise), and what no job paid is the
+``unallocated`` row. Users + unallocated = jobs + unallocated = hosts = fleet.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from analytics.cost import JOULES_PER_KWH, CostModel, PriceRule, breakeven_utili
 from analytics.report import judge
 from analytics.report.model import (
     TOP_IDLE,
+    TOP_STALLED,
+    UNALLOCATED,
     CostRow,
     DayRow,
     FailureRow,
@@ -30,19 +37,22 @@ from analytics.report.model import (
     QueueRow,
     RentRow,
     Report,
+    StalledRow,
     window_notes,
 )
-from analytics.week_data import GpuWeek, WeekData, days
+from analytics.week_data import JobWeek, WeekData, days
 from exporter.slurm import states
 
 _FAILED_NOT_TIMEOUT = frozenset(states.FAILED) - {states.TIMEOUT}  # timeout has its own column
 _NOT_OTHER = frozenset({states.COMPLETED, states.CANCELLED, *states.FAILED})
 
 
-def _useful(g: GpuWeek, cost: CostModel) -> float:
-    if cost.useful == "sm_active" and g.sm_active_s is not None:
-        return g.sm_active_s
-    return g.busy_s
+def _useful(busy: float, sm: float | None, stalled: float | None, cost: CostModel) -> float:
+    """SM-active seconds where that is the measure and measured (a stall's SMs are quiet by
+    definition, so it adds almost nothing there); else busy seconds less the stalled ones."""
+    if cost.useful == "sm_active" and sm is not None:
+        return sm
+    return max(0.0, busy - (stalled or 0.0))
 
 
 def _ratio(a: float | None, b: float) -> float | None:
@@ -71,6 +81,8 @@ class _Fig:
     energy_cost: float
     idle_cost: float  # the hardware rate x the hours that were not useful
     uuids: frozenset[str] = frozenset()  # a job's GPUs: a group counts distinct GPUs
+    stalled_s: float | None = None
+    stalled_cost: float = 0.0  # the rate x the stalled hours (part of idle_cost: stalled is not useful)
 
 
 class _Acc:
@@ -83,7 +95,8 @@ class _Acc:
         self.alloc: list[float | None] = []
         self.idle: list[float | None] = []
         self.energy: list[float | None] = []
-        self.hardware = self.energy_cost = self.idle_cost = 0.0
+        self.stalled: list[float | None] = []
+        self.hardware = self.energy_cost = self.idle_cost = self.stalled_cost = 0.0
         self.uuids: set[str] = set()
 
     def add(self, f: _Fig) -> None:
@@ -97,9 +110,11 @@ class _Acc:
         self.alloc.append(f.alloc_s)
         self.idle.append(f.idle_s)
         self.energy.append(f.energy_j)
+        self.stalled.append(f.stalled_s)
         self.hardware += f.hardware
         self.energy_cost += f.energy_cost
         self.idle_cost += f.idle_cost
+        self.stalled_cost += f.stalled_cost
 
     def row(self, group: str, key: str, min_useful_h: float = 0.0) -> CostRow:
         h = 3600.0
@@ -107,6 +122,7 @@ class _Acc:
         sm = _sum(self.sm)
         total = self.hardware + self.energy_cost
         energy = _sum(self.energy)
+        stalled = _sum(self.stalled)
         return CostRow(
             group=group,
             key=key,
@@ -127,6 +143,7 @@ class _Acc:
             cost_per_useful_gpu_hour=total / useful_h if useful_h > 0 and useful_h >= min_useful_h else None,
             idle_cost=self.idle_cost,
             coverage=self.sampled / self.available if self.available > 0 else 0.0,
+            stalled_gpu_hours=None if stalled is None else stalled / h,
         )
 
 
@@ -149,6 +166,7 @@ def build(
     charged_s = end - start
     groups: dict[str, dict[str, _Acc]] = defaultdict(lambda: defaultdict(_Acc))
     fleet = _Acc()
+    gpu_figs: dict[str, _Fig] = {}
     hourly: dict[str, float] = {}  # uuid -> hardware cost of an hour
     per_joule: dict[str, float] = {}  # uuid -> the GPU's effective energy price (tariff included)
     unpriced: set[str] = set()
@@ -164,7 +182,7 @@ def build(
         hourly[g.uuid] = rule.hourly() if rule is not None else 0.0
         c = gpu_cost(cost, rule, charged_s / 3600, g.energy_j, g.energy_by_hour, w.start, w.timezone)
         per_joule[g.uuid] = c.energy / g.energy_j if g.energy_j else 0.0
-        useful = _useful(g, cost)
+        useful = _useful(g.busy_s, g.sm_active_s, g.stalled_s, cost)
         fig = _Fig(
             gpus=1,
             available_s=charged_s,
@@ -178,40 +196,34 @@ def build(
             hardware=c.hardware,
             energy_cost=c.energy,
             idle_cost=hourly[g.uuid] * max(0.0, charged_s - useful) / 3600,
+            stalled_s=g.stalled_s,
         )
+        gpu_figs[g.uuid] = fig
         fleet.add(fig)
         for group, key in (("host", g.host), ("model", g.model), ("gpu", f"{g.host}/{g.gpu} {g.uuid}")):
             groups[group][key].add(fig)
     holders: dict[str, tuple[str, str]] = {}  # job key -> (user, partition)
+    on_gpu: dict[str, list[JobWeek]] = defaultdict(list)
     for j in data.jobs:
-        # a job pays its GPU's hourly rate for the hours it held it, and its share of the energy
-        rate = hourly.get(j.uuid, 0.0)
-        fig = _Fig(
-            gpus=0,
-            available_s=j.sampled_s,
-            sampled_s=j.sampled_s,
-            busy_s=j.busy_s,
-            useful_s=j.busy_s,
-            sm_s=j.sm_active_s,
-            alloc_s=j.sampled_s,
-            idle_s=j.allocated_idle_s,
-            energy_j=j.energy_j,
-            hardware=rate * j.sampled_s / 3600,
-            energy_cost=j.energy_j * per_joule.get(j.uuid, 0.0),
-            idle_cost=rate * max(0.0, j.sampled_s - j.busy_s) / 3600,
-            uuids=frozenset({j.uuid}),
-        )
-        groups["user"][j.job.user or "(unknown)"].add(fig)
-        key = j.job.job_id or (f"{j.job.namespace}/{j.job.pod}" if j.job.pod else f"{j.job.user or '?'} (no job)")
-        groups["job"][key].add(fig)
-        user, part = holders.get(key, ("", ""))
-        holders[key] = (user or j.job.user or "(unknown)", part or j.partition)
+        on_gpu[j.uuid].append(j)
+    unallocated = _Acc()
+    for uuid, gpu_fig in gpu_figs.items():
+        jobs = on_gpu.get(uuid, [])
+        figs = _charge(jobs, gpu_fig, hourly[uuid], per_joule[uuid], cost)
+        unallocated.add(_rest(uuid, gpu_fig, figs))
+        for j, fig in zip(jobs, figs, strict=True):
+            _add_job(groups, holders, j, fig)
+    for uuid, jobs in on_gpu.items():  # jobs on a GPU the source has no figures for: nothing to charge
+        if uuid not in gpu_figs:
+            for j, fig in zip(jobs, _charge(jobs, None, 0.0, 0.0, cost), strict=True):
+                _add_job(groups, holders, j, fig)
     min_h = cost.min_useful_gpu_hours
     rows = [
         acc.row(group, key, min_h)
-        for group in ("host", "model", "gpu", "user", "job")
+        for group in ("host", "model", "gpu", "user", "namespace", "job")
         for key, acc in sorted(groups[group].items())
     ]
+    rows.append(unallocated.row(UNALLOCATED, UNALLOCATED, min_h))
     fleet_row = fleet.row("fleet", "fleet", min_h)
     reasons = list(data.problems)
     if not data.gpus:
@@ -276,7 +288,111 @@ def build(
         in_progress=in_progress,
         elapsed=elapsed,
         idle_holders=_idle_holders(groups["job"], holders),
+        stalled_jobs=_stalled_jobs(groups["job"], holders),
     )
+
+
+def _job_key(j: JobWeek) -> str:
+    if j.job.job_id:
+        return j.job.job_id
+    return f"{j.job.namespace}/{j.job.pod}" if j.job.pod else f"{j.job.user or '?'} (no job)"
+
+
+def _add_job(groups: dict[str, dict[str, _Acc]], holders: dict[str, tuple[str, str]], j: JobWeek, fig: _Fig) -> None:
+    key = _job_key(j)
+    groups["user"][j.job.user or "(unknown)"].add(fig)
+    if j.job.namespace:
+        groups["namespace"][j.job.namespace].add(fig)
+    groups["job"][key].add(fig)
+    user, part = holders.get(key, ("", ""))
+    holders[key] = (user or j.job.user or "(unknown)", part or j.partition)
+
+
+def _scale(total: float, cap: float | None) -> float:
+    """The factor that brings ``total`` down to ``cap`` (1 where it is within it)."""
+    if cap is None or total <= cap or total <= 0:
+        return 1.0
+    return max(0.0, cap) / total
+
+
+def _charge(jobs: list[JobWeek], gpu: _Fig | None, rate: float, per_joule: float, cost: CostModel) -> list[_Fig]:
+    """The jobs on one GPU, charged: each its charged time (or held time) at the GPU's rate, its
+    energy at the GPU's price, and the idle cost of its charged time that was not useful; in each
+    column the jobs together at most what the GPU has (one factor per column, the same for every
+    job on the GPU, where a source's figures overshoot: held times that overlap, counters read
+    at slightly different times)."""
+    charged = [j.charged_s if j.charged_s is not None else j.sampled_s for j in jobs]
+    k_time = _scale(sum(charged), gpu.sampled_s if gpu else None)
+    time = [c * k_time for c in charged]
+    k_busy = _scale(sum(j.busy_s for j in jobs), gpu.busy_s if gpu else None)
+    busy = [min(j.busy_s * k_busy, t) for j, t in zip(jobs, time, strict=True)]
+    k_stall = _scale(sum(j.stalled_s or 0.0 for j in jobs), gpu.stalled_s if gpu else None)
+    stalled = [None if j.stalled_s is None else min(j.stalled_s * k_stall, b) for j, b in zip(jobs, busy, strict=True)]
+    k_sm = _scale(sum(j.sm_active_s or 0.0 for j in jobs), gpu.sm_s if gpu else None)
+    sm = [None if j.sm_active_s is None else min(j.sm_active_s * k_sm, t) for j, t in zip(jobs, time, strict=True)]
+    useful = [_useful(b, s, st, cost) for b, s, st in zip(busy, sm, stalled, strict=True)]
+    k_useful = _scale(sum(useful), gpu.useful_s if gpu else None)
+    useful = [u * k_useful for u in useful]
+    k_energy = _scale(sum(j.energy_j for j in jobs), gpu.energy_j if gpu else None)
+    energy = [j.energy_j * k_energy for j in jobs]
+    idle = [rate * max(0.0, t - u) / 3600 for t, u in zip(time, useful, strict=True)]
+    k_idle = _scale(sum(idle), gpu.idle_cost if gpu else None)
+    k_alloc_idle = _scale(sum(j.allocated_idle_s or 0.0 for j in jobs), gpu.idle_s if gpu else None)
+    return [
+        _Fig(
+            gpus=0,
+            available_s=t,
+            sampled_s=t,
+            busy_s=b,
+            useful_s=u,
+            sm_s=s,
+            alloc_s=j.sampled_s,  # held: what the job had, whatever it shared
+            idle_s=None if j.allocated_idle_s is None else j.allocated_idle_s * k_alloc_idle,
+            energy_j=e,
+            hardware=rate * t / 3600,
+            energy_cost=e * per_joule,
+            idle_cost=i * k_idle,
+            uuids=frozenset({j.uuid}),
+            stalled_s=st,
+            stalled_cost=rate * (st or 0.0) / 3600,
+        )
+        for j, t, b, u, s, e, i, st in zip(jobs, time, busy, useful, sm, energy, idle, stalled, strict=True)
+    ]
+
+
+def _rest(uuid: str, gpu: _Fig, jobs: list[_Fig]) -> _Fig:
+    """What of one GPU no job was charged: the GPU less its jobs, column by column."""
+
+    def less(v: float | None, parts: Iterable[float | None]) -> float | None:
+        return None if v is None else v - sum(p or 0.0 for p in parts)
+
+    time = less(gpu.available_s, (f.available_s for f in jobs)) or 0.0
+    return _Fig(
+        gpus=0,
+        available_s=time,
+        sampled_s=less(gpu.sampled_s, (f.sampled_s for f in jobs)) or 0.0,
+        busy_s=less(gpu.busy_s, (f.busy_s for f in jobs)) or 0.0,
+        useful_s=less(gpu.useful_s, (f.useful_s for f in jobs)) or 0.0,
+        sm_s=less(gpu.sm_s, (f.sm_s for f in jobs)),
+        alloc_s=None,
+        idle_s=None,
+        energy_j=less(gpu.energy_j, (f.energy_j for f in jobs)),
+        hardware=gpu.hardware - sum(f.hardware for f in jobs),
+        energy_cost=gpu.energy_cost - sum(f.energy_cost for f in jobs),
+        idle_cost=gpu.idle_cost - sum(f.idle_cost for f in jobs),
+        uuids=frozenset({uuid}) if time > 0 else frozenset(),
+        stalled_s=less(gpu.stalled_s, (f.stalled_s for f in jobs)),
+    )
+
+
+def _stalled_jobs(jobs: dict[str, _Acc], holders: dict[str, tuple[str, str]]) -> list[StalledRow]:
+    """The jobs with the most stalled GPU-hours, worst first."""
+    rows = [
+        StalledRow(holders[key][0], key, holders[key][1], len(acc.uuids), stalled / 3600, acc.stalled_cost)
+        for key, acc in jobs.items()
+        if (stalled := sum(s or 0.0 for s in acc.stalled)) > 0
+    ]
+    return sorted(rows, key=lambda r: (-r.stalled_gpu_hours, r.job))[:TOP_STALLED]
 
 
 def _idle_holders(jobs: dict[str, _Acc], holders: dict[str, tuple[str, str]]) -> list[IdleRow]:
@@ -287,12 +403,11 @@ def _idle_holders(jobs: dict[str, _Acc], holders: dict[str, tuple[str, str]]) ->
             key,
             holders[key][1],
             len(acc.uuids),
-            max(0.0, acc.sampled - acc.busy) / 3600,
+            max(0.0, acc.sampled - acc.useful) / 3600,
             acc.idle_cost,
         )
         for key, acc in jobs.items()
-        for user, part in [holders[key]]
-        if acc.sampled > acc.busy
+        if acc.sampled > acc.useful
     ]
     return sorted(rows, key=lambda r: (-r.idle_cost, -r.idle_gpu_hours, r.job))[:TOP_IDLE]
 

@@ -20,6 +20,7 @@ from analytics.report.model import (
     QueueRow,
     RentRow,
     Report,
+    StalledRow,
     VerdictRow,
 )
 from daemonkit.jsondoc import parse
@@ -35,6 +36,7 @@ LISTS: dict[str, type[Any]] = {  # the report's row lists and their row types; C
     "deltas": Delta,
     "prices": PriceRow,
     "idle_holders": IdleRow,
+    "stalled_jobs": StalledRow,
 }
 _REPORT = TypeAdapter(Report)
 _FIELDS = {name: TypeAdapter(hint) for name, hint in typing.get_type_hints(Report).items()}

@@ -14,13 +14,17 @@ from daemonkit.jsondoc import STRICT
 
 SCHEMA = "gpuledger.report/v1"
 TOP_IDLE = 20  # rows of the held-but-idle table (Report.idle_holders)
+TOP_STALLED = 20  # rows of the stalled-jobs table (Report.stalled_jobs)
+UNALLOCATED = "unallocated"  # the group and key of the row for what no job was charged
 
 
 @dataclass(frozen=True)
 class CostRow:
     """One group's week: the fleet, a host, a GPU model, a GPU, a user or a job."""
 
-    group: str  # fleet | host | model | gpu | user | job
+    # fleet | host | model | gpu | user | namespace | job | unallocated (what no job was charged:
+    # users + unallocated = jobs + unallocated = hosts = fleet, in every cost column)
+    group: str
     key: str
     gpus: int
     available_gpu_hours: float  # GPUs x hours of the window
@@ -39,6 +43,7 @@ class CostRow:
     cost_per_useful_gpu_hour: float | None
     idle_cost: float  # hardware or rental rate x (available - useful) hours; energy not included
     coverage: float  # sampled / available
+    stalled_gpu_hours: float | None = None  # busy but stalled (not useful); None: not measured
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,19 @@ class IdleRow:
 
 
 @dataclass(frozen=True)
+class StalledRow:
+    """A job whose GPUs were busy but stalled (utilisation high, SMs, tensor cores and DRAM
+    quiet: a hang or a spin-wait): the worst, by stalled GPU-hours."""
+
+    user: str
+    job: str
+    partition: str  # "" where the source does not know it
+    gpus: int
+    stalled_gpu_hours: float
+    stalled_cost: float  # the hardware or rental rate x those hours
+
+
+@dataclass(frozen=True)
 class Delta:
     figure: str
     value: float | None
@@ -181,6 +199,7 @@ class Report:
     in_progress: bool = False  # the window ends after the report was made
     elapsed: float = 1.0  # share of the window's hours that had elapsed when the report was made
     idle_holders: list[IdleRow] = field(default_factory=list)  # top jobs by idle cost; [] in older reports
+    stalled_jobs: list[StalledRow] = field(default_factory=list)  # top jobs by stalled hours; [] in older reports
 
     def group(self, name: str) -> list[CostRow]:
         return [r for r in self.rows if r.group == name]

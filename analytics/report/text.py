@@ -13,6 +13,8 @@ from typing import TypeVar
 
 from analytics.report.model import (
     TOP_IDLE,
+    TOP_STALLED,
+    UNALLOCATED,
     BenchRow,
     CostRow,
     DayRow,
@@ -23,6 +25,7 @@ from analytics.report.model import (
     QueueRow,
     RentRow,
     Report,
+    StalledRow,
     VerdictRow,
 )
 
@@ -157,6 +160,7 @@ def headline(r: Report) -> list[tuple[str, str]]:
         ("Available GPU-hours", hours(f.available_gpu_hours)),
         ("Sampled GPU-hours", hours(f.sampled_gpu_hours)),
         ("Busy GPU-hours", hours(f.busy_gpu_hours)),
+        ("Stalled GPU-hours (busy, not working)", hours(f.stalled_gpu_hours)),
         ("Useful GPU-hours", hours(f.useful_gpu_hours)),
         ("Allocated GPU-hours", hours(f.allocated_gpu_hours)),
         ("Allocated but idle GPU-hours", hours(f.allocated_idle_gpu_hours)),
@@ -246,6 +250,15 @@ RENT: Columns[RentRow] = [
     ("Verdict", lambda x: x.verdict),
 ]
 
+STALLED: Columns[StalledRow] = [
+    ("User", lambda x: x.user),
+    ("Job", lambda x: x.job),
+    ("Partition", lambda x: x.partition or DASH),
+    ("GPUs", lambda x: f"{x.gpus:,}"),
+    ("Stalled GPU-h", lambda x: hours(x.stalled_gpu_hours)),
+    ("Stalled cost ({cur})", lambda x: money(x.stalled_cost)),
+]
+
 IDLE: Columns[IdleRow] = [
     ("User", lambda x: x.user),
     ("Job", lambda x: x.job),
@@ -265,6 +278,10 @@ PRICES: Columns[PriceRow] = [
 ]
 
 
+def _key(row: CostRow) -> str:
+    return "(unallocated)" if row.group == UNALLOCATED else row.key
+
+
 def _table(slug: str, title: str, cols: Columns[T], rows: Iterable[T], cur: str, empty: str = "") -> Table:
     headers = [h.replace("{cur}", cur) for h, _ in cols]
     return Table(slug, title, headers, [[cell(x) for _, cell in cols] for x in rows], empty or Table.empty)
@@ -274,6 +291,7 @@ def tables(r: Report) -> list[Table]:
     """Every section after the headline, in reading order."""
     c = r.currency
     jobs = sorted(r.group("job"), key=lambda row: -row.total_cost)[:TOP_JOBS]
+    rest = r.group(UNALLOCATED)  # what no job was charged: users (or jobs) + this = the fleet
     deltas: Columns[Delta] = [
         ("Figure", lambda d: d.figure),
         ("This week", lambda d: figure_value(d.figure, d.value, c)),
@@ -281,16 +299,27 @@ def tables(r: Report) -> list[Table]:
         ("Change", lambda d: pct(d.change, signed=True)),
     ]
     groups = [
-        ("hosts", "Hosts", "Host", "host"),
-        ("models", "GPU models", "Model", "model"),
-        ("users", "Users", "User", "user"),
+        ("hosts", "Hosts", "Host", r.group("host")),
+        ("models", "GPU models", "Model", r.group("model")),
+        ("users", "Users (and what no job was charged)", "User", [*r.group("user"), *rest]),
     ]
+    if r.group("namespace"):
+        groups.append(("namespaces", "Namespaces", "Namespace", r.group("namespace")))
+    key: Columns[CostRow] = [("Job", _key)]
     return [
         _table("daily", "Daily", DAILY, r.daily, c),
-        *(_table(slug, name, [(first, lambda x: x.key), *COST], r.group(g), c) for slug, name, first, g in groups),
-        _table("jobs", f"Jobs (top {TOP_JOBS} by total cost)", [("Job", lambda x: x.key), *COST], jobs, c),
+        *(_table(slug, name, [(first, _key), *COST], rows, c) for slug, name, first, rows in groups),
+        _table("jobs", f"Jobs (top {TOP_JOBS} by total cost)", [*key, *COST], [*jobs, *rest], c),
         _table(
             "idle", f"Held but idle (top {TOP_IDLE} by idle cost)", IDLE, r.idle_holders, c, "No job held a GPU idle."
+        ),
+        _table(
+            "stalled",
+            f"Stalled: busy but not working (top {TOP_STALLED} by stalled GPU-hours)",
+            STALLED,
+            r.stalled_jobs,
+            c,
+            "No stalled time measured." if r.fleet.stalled_gpu_hours is None else "No job stalled.",
         ),
         _table("gpus", "GPUs", [("GPU", lambda x: x.key), *COST], r.group("gpu"), c),
         _table("queue", "Queue", QUEUE, r.queue, c),

@@ -14,6 +14,7 @@ from analytics.report.model import (
     QueueRow,
     RentRow,
     Report,
+    StalledRow,
     VerdictRow,
 )
 from analytics.week_data import iso_week
@@ -138,4 +139,5 @@ def sample_report(hostile: bool = True) -> Report:
         notes=["prices from the example rule", HOSTILE_NOTE if hostile else "no notes"],
         prices=[PriceRow(host, "NVIDIA H200", "owned", 4, 1.14, False, True) for host in ("gpu-a", HOSTILE_HOST)],
         idle_holders=[IdleRow(user, job, partition, 2, 6.4, 7.30), IdleRow("bob", "slurm:4301", "", 1, 1.5, 1.71)],
+        stalled_jobs=[StalledRow(user, job, partition, 2, 3.5, 3.99)],
     )

@@ -1,0 +1,29 @@
+"""The conservation rule, checked on any report: every grouping adds up to the fleet."""
+
+from __future__ import annotations
+
+import pytest
+
+from analytics.report.model import UNALLOCATED, CostRow, Report
+
+COST_COLUMNS = ("hardware_cost", "energy_cost", "idle_cost", "total_cost")
+
+
+def total(rows: list[CostRow], column: str) -> float:
+    return sum(getattr(r, column) for r in rows)
+
+
+def assert_conserves(report: Report, groups: tuple[str, ...] = ("user", "job"), abs_: float = 1e-6) -> None:
+    """Hosts = models = GPUs = fleet; each of ``groups`` + unallocated = fleet (pass
+    "namespace" too where every job has one), in every cost column and in the charged
+    GPU-hours; the unallocated row is never negative."""
+    fleet = report.fleet
+    (rest,) = report.group(UNALLOCATED)
+    for column in (*COST_COLUMNS, "available_gpu_hours", "busy_gpu_hours", "useful_gpu_hours"):
+        want = getattr(fleet, column)
+        for group in ("host", "model", "gpu"):
+            assert total(report.group(group), column) == pytest.approx(want, rel=1e-9, abs=abs_), (group, column)
+        assert getattr(rest, column) >= -abs_, column
+        for group in groups:
+            got = total(report.group(group), column) + getattr(rest, column)
+            assert got == pytest.approx(want, rel=1e-9, abs=abs_), (group, column)
