@@ -43,6 +43,20 @@ class ExporterSettings(_Section):
     allocated_idle_below: float = Field(
         0.05, ge=0, le=1, description="busy share under which an allocated GPU counts as idle"
     )
+    stalled_util_above: float = Field(
+        0.90, ge=0, le=1, description="stalled: utilisation at or over this (a kernel resident nearly all the time)"
+    )
+    stalled_sm_below: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="stalled: GPM SM activity under this (a hung NCCL collective spins on up to 32 of 132 SMs, 24 %)",
+    )
+    stalled_tensor_below: float = Field(0.05, ge=0, le=1, description="stalled: tensor-core activity under this")
+    stalled_dram_below: float = Field(0.05, ge=0, le=1, description="stalled: DRAM bandwidth use under this")
+    stalled_min_seconds: float = Field(
+        300.0, ge=0, le=86400, description="stalled rounds count once they have lasted this long without a break"
+    )
     hostname: str = Field(
         default_factory=socket.gethostname,
         min_length=1,

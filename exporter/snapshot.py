@@ -63,6 +63,7 @@ class GpuCounters:
     energy_joules: float | None = None
     allocated_seconds: float = 0.0
     allocated_idle_seconds: float = 0.0
+    stalled_seconds: float | None = None  # busy time that was stalled (exporter.sampling.stalls); needs GPM
     clock_event_seconds: dict[str, float] = field(default_factory=dict)
     xid_errors: dict[int, int] = field(default_factory=dict)
 
@@ -105,6 +106,8 @@ class JobMinuteRow:
     sampled_seconds: float
     busy_seconds: float
     energy_joules: float
+    charged_seconds: float | None = None  # None: not counted (a writer before schema v4)
+    stalled_seconds: float | None = None  # None: not measured (no GPM)
 
 
 def job_minute_rows(
@@ -120,6 +123,8 @@ def job_minute_rows(
             c.sampled_seconds - (b.sampled_seconds if b else 0.0),
             c.busy_seconds - (b.busy_seconds if b else 0.0),
             c.energy_joules - (b.energy_joules if b else 0.0),
+            c.charged_seconds - (b.charged_seconds if b else 0.0),
+            None if c.stalled_seconds is None else c.stalled_seconds - ((b.stalled_seconds or 0.0) if b else 0.0),
         )
         if row.sampled_seconds > 0 or row.energy_joules > 0:
             rows.append(row)

@@ -8,8 +8,10 @@ round, each gets a share of that round, weighted by (first available):
 2. the GPU memory each job's processes hold,
 3. equal parts.
 
-``sampled`` grows by the whole round for every holder (the time it held the GPU); ``busy`` by the
-GPU's busy time × share. Energy is apportioned from the GPU's energy counter: between two counter
+``sampled`` grows by the whole round for every holder (the time it held the GPU); ``charged`` by
+the round × share (the job's part of the GPU's time: the holders' charged seconds of a round sum
+to the round, so two jobs sharing a GPU never pay for more than the GPU); ``busy`` by the GPU's
+busy time × share. Energy is apportioned from the GPU's energy counter: between two counter
 reads each job accrues power × time × share, and the counter's increase is split in proportion, so
 the jobs' energy never exceeds what the counter measured.
 """
@@ -42,6 +44,8 @@ class JobCounters:
     sampled_seconds: float = 0.0
     busy_seconds: float = 0.0
     energy_joules: float = 0.0
+    charged_seconds: float = 0.0  # the round x the job's share: what chargeback prices
+    stalled_seconds: float | None = None  # stalled busy time x share; None: the GPU has no GPM
     power_integral: float = 0.0  # J by power x time x share since the last energy apportioning
     last_seen: float = 0.0  # monotonic
     holding: bool = False
@@ -104,6 +108,7 @@ class GpuJobs:
             c = self.jobs.setdefault(key, JobCounters())
             c.holding, c.last_seen = True, now
             c.sampled_seconds += dt
+            c.charged_seconds += dt * share
             c.busy_seconds += busy * dt * share
             if energy_from_power:
                 c.energy_joules += p * dt * share

@@ -19,6 +19,7 @@ from exporter.readers import (
     ReaderUnavailable,
     XidEvent,
 )
+from exporter.sampling.stalls import StallRun
 from exporter.snapshot import GpuCounters, GpuGauges, GpuHealth, GpuSnapshot
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class TrackedGpu:
     last_sample_us: int = 0  # newest utilisation-buffer timestamp already integrated
     last_power: float | None = None
     energy_from_power: bool = False  # the energy counter is unsupported: integrate power
+    stall: StallRun = field(default_factory=StallRun)  # the current run of stalled rounds
     # slow lane
     energy_raw: float | None = None
     due: dict[str, float] = field(default_factory=dict)

@@ -25,8 +25,13 @@ def _holding(g: GpuSnapshot) -> Value:
     return {k.labels(): 1.0 for k, c in g.jobs.items() if c.holding}
 
 
-def _per_job(fn: Callable[[JobCounters], float]) -> Callable[[GpuSnapshot], Value]:
-    return lambda g: {k.labels(): float(fn(c)) for k, c in g.jobs.items()}
+def _per_job(fn: Callable[[JobCounters], float | None]) -> Callable[[GpuSnapshot], Value]:
+    """One series per job; a job whose counter is None (not measured) has none."""
+
+    def value(g: GpuSnapshot) -> Value:
+        return {k.labels(): float(v) for k, c in g.jobs.items() if (v := fn(c)) is not None}
+
+    return value
 
 
 # fmt: off
@@ -39,6 +44,13 @@ FEATURE: Feature[KubeletStatus] = Feature("jobs", KubeletStatus, (
     gpu_row("gpuledger_job_gpu_busy_seconds_total", "counter", "seconds",
             "The GPU's busy time times the job's share (SM utilisation, else memory, else equal).",
             "attribution", _per_job(lambda c: c.busy_seconds), JOB_LABELS),
+    gpu_row("gpuledger_job_gpu_charged_seconds_total", "counter", "seconds",
+            "The job's share of the GPU's time (each round times its share, so jobs sharing a GPU never add "
+            "up to more than its sampled time): what chargeback prices.", "attribution",
+            _per_job(lambda c: c.charged_seconds), JOB_LABELS),
+    gpu_row("gpuledger_job_gpu_stalled_seconds_total", "counter", "seconds",
+            "The GPU's stalled busy time times the job's share (GPM only; see gpuledger_gpu_stalled_seconds_total).",
+            "attribution + GPM", _per_job(lambda c: c.stalled_seconds), JOB_LABELS),
     gpu_row("gpuledger_job_gpu_energy_joules_total", "counter", "joules",
             "The GPU's energy-counter increase apportioned by the job's share of power x time.",
             "attribution", _per_job(lambda c: c.energy_joules), JOB_LABELS),

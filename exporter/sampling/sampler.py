@@ -15,9 +15,9 @@ from typing import TypeVar
 
 from exporter.attribution.attributor import Attribution
 from exporter.attribution.procfs import Owner
-from exporter.attribution.shares import shares
+from exporter.attribution.shares import JobKey, shares
 from exporter.readers import GpuLost, Reader, ReaderError, ReaderUnavailable, XidEvent
-from exporter.sampling import fastlane, slowlane
+from exporter.sampling import fastlane, slowlane, stalls
 from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, count_xids, idle_status, watch_xids
 from exporter.snapshot import EMPTY, JobMinuteRow, MinuteRow, Snapshot, by_type, job_minute_rows, minute_row
 
@@ -38,6 +38,7 @@ class SamplerOptions:
     gap_factor: float = 5.0  # an interval longer than this many ticks is a gap, not a sample
     gate_below: float = 0.05  # idle gate: utilisation under this (and no process) is idle
     job_grace: float = 600.0  # a job's series stay this long after it left its GPU
+    stall: stalls.StallRule = field(default_factory=stalls.StallRule)  # what counts as stalled busy time
 
 
 class Sampler:
@@ -144,7 +145,8 @@ class Sampler:
             g.up = r.busy is not None
             dt = fastlane.integrate(g, r, max_gap=max_gap, idle_below=self.opt.idle_below)
             now = time.monotonic()
-            self._fold_jobs(g, r, owners, dt, now)
+            holders = self._fold_jobs(g, r, owners, dt, now)
+            stalls.fold(g, r, dt, holders, self.opt.stall)
             if not g.up:
                 g.observed_since = None
                 return
@@ -160,10 +162,11 @@ class Sampler:
 
     def _fold_jobs(
         self, g: TrackedGpu, r: fastlane.FastReading, owners: dict[int, Owner | None], dt: float | None, now: float
-    ) -> None:
-        """Credit the jobs holding the GPU with this round (caller holds the lock)."""
+    ) -> dict[JobKey, float] | None:
+        """Credit the jobs holding the GPU with this round (caller holds the lock); their shares,
+        or None when the process list could not be read."""
         if r.procs is None:
-            return  # the process list could not be read: keep what we knew
+            return None  # the process list could not be read: keep what we knew
         g.procs_seen = r.procs
         pod = self.attribution.pod_of(g.info.uuid) if self.attribution is not None else None
         holders = shares(r.procs, owners, r.proc_util, pod)
@@ -174,6 +177,7 @@ class Sampler:
         else:
             g.jobs.seen(holders, now)
         g.jobs.expire(now, self.opt.job_grace)
+        return holders
 
     def _each(
         self, gpus: list[TrackedGpu], read: Callable[[TrackedGpu], R], fold: Callable[[TrackedGpu, R], None]
