@@ -2,8 +2,10 @@
 versions opened and migrated with every row intact, and files newer than the code refused.
 
 ``tests/data/history-v{1,2,3}.sqlite`` were written by the code at commit e30d1e1 (schema v3,
-run with ``SCHEMA_VERSION`` set to 1, 2 and 3) through its own insert functions; see
-``tests/data/README.md``. They are never regenerated: a new schema version adds a new file.
+run with ``SCHEMA_VERSION`` set to 1, 2 and 3) through its own insert functions;
+``history-v4.sqlite`` by the code of schema v4 (the v3 file migrated, plus an hour of rows with
+stalled and charged seconds); see ``tests/data/README.md``. They are never regenerated: a new
+schema version adds a new file.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ GOLDEN = TESTS / "golden" / "history-schema.sql"
 H0 = 1_800_000_000  # the first hour of the committed files, 2027-01-15 08:00 UTC
 GPU0 = "GPU-0f0e0d0c-0000-4000-8000-000000000000"
 GPU1 = "GPU-1a1b1c1d-0000-4000-8000-000000000003"
-TABLES = {1: ("gpus", "gpu_minutes"), 2: ("bench_runs",), 3: ("job_minutes", "jobs")}
-"""The tables each version added, and so the ones a file of that version has rows in."""
+TABLES = {1: ("gpus", "gpu_minutes"), 2: ("bench_runs",), 3: ("job_minutes", "jobs"), 4: ()}
+"""The tables each version added, and so the ones a file of that version has rows in (v4 added
+columns only: gpu_minutes.stalled_seconds, job_minutes.charged_seconds and stalled_seconds)."""
 
 
 def schema_dump(db: sqlite3.Connection) -> str:
@@ -184,6 +187,26 @@ def test_the_reads_understand_v2_benchmarks_and_v3_jobs(open_db: Open, tmp_path:
     for t in totals:  # minutes 0, 1, 2, 58, 59 of the first hour
         assert (t.uuid, t.sampled_seconds) == (GPU0, 30.0 * 5)
         assert t.busy_seconds == 15.0 * 5 + 120 and t.energy_joules == 3000.0 * 5 + 50.0 * 120
+
+
+def test_the_reads_understand_v4_stalled_and_charged_seconds(open_db: Open, tmp_path: Path) -> None:
+    v3 = open_db(copy_of(3, tmp_path))
+    assert all(h.values["stalled_seconds"] is None for h in history.gpu_hours(v3, H0, H0 + 7200))
+    assert [(t.charged_seconds, t.stalled_seconds) for t in history.job_totals(v3, H0, H0 + 7200)] == [(None, None)] * 2
+    v4 = open_db(copy_of(4, tmp_path))
+    hours = {(h.uuid, h.hour): h for h in history.gpu_hours(v4, H0, H0 + 3 * 3600)}
+    assert hours[(GPU0, 0)].values["stalled_seconds"] is None  # written before v4: not measured
+    assert hours[(GPU0, 2)].values["stalled_seconds"] == 0.0 + 20.0 + 40.0
+    assert hours[(GPU1, 2)].values["stalled_seconds"] is None  # no GPM
+    assert hours[(GPU1, 2)].values["busy_seconds"] == 90.0
+    totals = {(t.uuid, t.job.job_id): t for t in history.job_totals(v4, H0 + 7200, H0 + 3 * 3600)}
+    ada, bob = totals[(GPU0, "4242")], totals[(GPU1, "4250")]
+    assert (ada.sampled_seconds, ada.charged_seconds, ada.stalled_seconds) == (180.0, 135.0, 45.0)
+    pod = totals[(GPU0, "")]
+    assert (ada.charged_seconds, pod.charged_seconds) == (135.0, 45.0)  # sharing GPU0: 180 s, its time, once
+    assert (bob.charged_seconds, bob.stalled_seconds) == (178.5, None)
+    mixed = {t.job: t for t in history.job_totals(v4, H0, H0 + 3 * 3600) if t.uuid == GPU0}
+    assert mixed[JobKey(job_id="4242", user="ada")].charged_seconds == 135.0  # the v3 minutes add nothing
 
 
 def test_an_old_file_opened_read_only_is_refused_and_left_as_it_was(tmp_path: Path) -> None:

@@ -49,6 +49,10 @@ class JobTotals:
     # that holds the GPU alone); None: no minute measured it
     sm_active_seconds: float | None = None
     allocated_idle_seconds: float | None = None
+    # the job's share of the GPU's time, and its stalled busy time (schema v4); None: every minute
+    # of the window left it unrecorded (written before v4, or no GPM for stalled)
+    charged_seconds: float | None = None
+    stalled_seconds: float | None = None
 
 
 def gpus(db: sqlite3.Connection) -> dict[str, GpuIdentity]:
@@ -76,12 +80,13 @@ def gpu_hours(db: sqlite3.Connection, start: int, end: int) -> list[GpuHour]:
 def job_totals(db: sqlite3.Connection, start: int, end: int) -> list[JobTotals]:
     """Per GPU and job, increments summed over minutes in [start, end), in uuid and job order.
     SM-active and allocated-idle seconds are the GPU's in the job's minutes, times the job's share
-    of the GPU's sampled seconds there."""
+    of the GPU's sampled seconds there; charged and stalled seconds are the job's own."""
     rows = db.execute(
         "SELECT j.uuid, j.job_id, j.user, j.pod, j.namespace, j.container, sum(j.sampled_seconds), "
         "sum(j.busy_seconds), sum(j.energy_joules), "
         "sum(g.sm_active_seconds * j.sampled_seconds / g.sampled_seconds), "
-        "sum(g.allocated_idle_seconds * j.sampled_seconds / g.sampled_seconds) "
+        "sum(g.allocated_idle_seconds * j.sampled_seconds / g.sampled_seconds), "
+        "sum(j.charged_seconds), sum(j.stalled_seconds) "
         "FROM job_minutes j LEFT JOIN gpu_minutes g ON g.uuid = j.uuid AND g.minute = j.minute "
         "WHERE j.minute >= ? AND j.minute < ? "
         "GROUP BY j.uuid, j.job_id, j.user, j.pod, j.namespace, j.container "
@@ -89,7 +94,8 @@ def job_totals(db: sqlite3.Connection, start: int, end: int) -> list[JobTotals]:
         (start, end),
     )
     return [
-        JobTotals(uuid, JobKey(j, u, p, n, c), s, b, e, sm, idle) for uuid, j, u, p, n, c, s, b, e, sm, idle in rows
+        JobTotals(uuid, JobKey(j, u, p, n, c), s, b, e, sm, idle, charged, stalled)
+        for uuid, j, u, p, n, c, s, b, e, sm, idle, charged, stalled in rows
     ]
 
 

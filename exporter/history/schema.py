@@ -25,7 +25,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -93,6 +93,12 @@ dram_active_seconds REAL, energy_joules REAL, allocated_seconds REAL, allocated_
         PRIMARY KEY (cluster, job_id, end)
     ) WITHOUT ROWID""",
         "CREATE INDEX jobs_by_end ON jobs (end)",
+    ),
+    4: (
+        # stalled busy time per GPU; per job its charged (share of the GPU's time) and stalled time
+        "ALTER TABLE gpu_minutes ADD COLUMN stalled_seconds REAL",
+        "ALTER TABLE job_minutes ADD COLUMN charged_seconds REAL",
+        "ALTER TABLE job_minutes ADD COLUMN stalled_seconds REAL",
     ),
 }
 

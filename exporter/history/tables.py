@@ -41,9 +41,14 @@ _UPSERT_GPU = (
 )
 _UPSERT_JOB_MINUTE = (
     "INSERT INTO job_minutes (uuid, minute, job_id, user, pod, namespace, container, sampled_seconds, "
-    "busy_seconds, energy_joules) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET "
+    "busy_seconds, energy_joules, charged_seconds, stalled_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT DO UPDATE SET "
     "sampled_seconds = sampled_seconds + excluded.sampled_seconds, "
-    "busy_seconds = busy_seconds + excluded.busy_seconds, energy_joules = energy_joules + excluded.energy_joules"
+    "busy_seconds = busy_seconds + excluded.busy_seconds, energy_joules = energy_joules + excluded.energy_joules, "
+    + ", ".join(
+        f"{f} = CASE WHEN {f} IS NULL THEN excluded.{f} WHEN excluded.{f} IS NULL THEN {f} ELSE {f} + excluded.{f} END"
+        for f in ("charged_seconds", "stalled_seconds")
+    )
 )
 
 
@@ -66,7 +71,19 @@ def insert_minutes(db: sqlite3.Connection, rows: Sequence[MinuteRow], hostname: 
 def insert_job_minutes(db: sqlite3.Connection, rows: Sequence[JobMinuteRow]) -> None:
     db.executemany(
         _UPSERT_JOB_MINUTE,
-        [(r.uuid, r.minute, *r.job.labels(), r.sampled_seconds, r.busy_seconds, r.energy_joules) for r in rows],
+        [
+            (
+                r.uuid,
+                r.minute,
+                *r.job.labels(),
+                r.sampled_seconds,
+                r.busy_seconds,
+                r.energy_joules,
+                r.charged_seconds,
+                r.stalled_seconds,
+            )
+            for r in rows
+        ],
     )
 
 

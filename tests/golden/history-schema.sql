@@ -1,4 +1,4 @@
--- PRAGMA user_version = 3
+-- PRAGMA user_version = 4
 
 -- table gpus on gpus
 CREATE TABLE gpus (
@@ -18,7 +18,7 @@ CREATE TABLE gpus (
 CREATE TABLE gpu_minutes (
         uuid TEXT NOT NULL,
         minute INTEGER NOT NULL,
-        sampled_seconds REAL, busy_seconds REAL, sm_active_seconds REAL, tensor_active_seconds REAL, dram_active_seconds REAL, energy_joules REAL, allocated_seconds REAL, allocated_idle_seconds REAL,
+        sampled_seconds REAL, busy_seconds REAL, sm_active_seconds REAL, tensor_active_seconds REAL, dram_active_seconds REAL, energy_joules REAL, allocated_seconds REAL, allocated_idle_seconds REAL, stalled_seconds REAL,
         PRIMARY KEY (uuid, minute)
     ) WITHOUT ROWID;
 
@@ -54,7 +54,7 @@ CREATE TABLE job_minutes (
         container TEXT NOT NULL,
         sampled_seconds REAL NOT NULL,
         busy_seconds REAL NOT NULL,
-        energy_joules REAL NOT NULL,
+        energy_joules REAL NOT NULL, charged_seconds REAL, stalled_seconds REAL,
         PRIMARY KEY (uuid, minute, job_id, user, pod, namespace, container)
     ) WITHOUT ROWID;
 
