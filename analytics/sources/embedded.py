@@ -87,6 +87,7 @@ class EmbeddedSource:
                     energy_j=sum(energy) if has_energy else None,
                     energy_by_hour=tuple(energy) if has_energy else None,
                     daily=_daily(w, a["sampled_seconds"], a["busy_seconds"], energy if has_energy else None),
+                    stalled_s=sum(a["stalled_seconds"]) if "stalled_seconds" in measured[uuid] else None,
                 )
             )
         return out
@@ -105,6 +106,8 @@ class EmbeddedSource:
                 t.sm_active_seconds,
                 t.allocated_idle_seconds,
                 partition.get(t.job.job_id, ""),
+                charged_s=t.charged_seconds,
+                stalled_s=t.stalled_seconds,
             )
             for t in history.job_totals(self.db, int(w.start), int(w.end))
         ]

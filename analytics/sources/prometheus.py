@@ -45,6 +45,7 @@ GPU_COUNTERS = {
     "alloc": "gpuledger_gpu_allocated_seconds_total",
     "idle": "gpuledger_gpu_allocated_idle_seconds_total",
     "energy": "gpuledger_gpu_energy_joules_total",
+    "stalled": "gpuledger_gpu_stalled_seconds_total",
 }
 JOB_LABELS = ("job_id", "user", "pod", "namespace", "container")
 FAILED = states.regex(states.FAILED)
@@ -128,6 +129,7 @@ class PrometheusSource:
                     allocated_idle_s=total("idle", uuid),
                     energy_j=energy,
                     energy_by_hour=tuple(hours) if hours else None,
+                    stalled_s=total("stalled", uuid),
                     daily=tuple(
                         GpuDay(d.get("sampled", uuid) or 0.0, d.get("busy", uuid) or 0.0, d.get("energy", uuid))
                         for d in totals.days
@@ -145,7 +147,15 @@ class PrometheusSource:
         sampled: dict[tuple[str, JobKey], float] = defaultdict(float)
         busy: dict[tuple[str, JobKey], float] = defaultdict(float)
         energy: dict[tuple[str, JobKey], float] = defaultdict(float)
-        metrics = (("sampled_seconds", sampled), ("busy_seconds", busy), ("energy_joules", energy))
+        charged: dict[tuple[str, JobKey], float] = defaultdict(float)  # absent: an exporter before it
+        stalled: dict[tuple[str, JobKey], float] = defaultdict(float)  # absent: no GPM
+        metrics = (
+            ("sampled_seconds", sampled),
+            ("busy_seconds", busy),
+            ("energy_joules", energy),
+            ("charged_seconds", charged),
+            ("stalled_seconds", stalled),
+        )
         asked = [
             (into, f"sum by ({by}) (increase(gpuledger_job_gpu_{metric}_total[{rng(day.seconds)}]))", day.end)
             for day in days(w)
@@ -157,7 +167,16 @@ class PrometheusSource:
                 seen[key] = None
                 into[key] += s.value
         return [
-            JobWeek(u, hosts.get(u, ""), k, sampled[u, k], busy[u, k], energy[u, k])
+            JobWeek(
+                u,
+                hosts.get(u, ""),
+                k,
+                sampled[u, k],
+                busy[u, k],
+                energy[u, k],
+                charged_s=charged.get((u, k)),
+                stalled_s=stalled.get((u, k)),
+            )
             for u, k in sorted(seen, key=lambda x: x[0])
         ]
 
