@@ -80,13 +80,16 @@ def gpu_hours(db: sqlite3.Connection, start: int, end: int) -> list[GpuHour]:
 def job_totals(db: sqlite3.Connection, start: int, end: int) -> list[JobTotals]:
     """Per GPU and job, increments summed over minutes in [start, end), in uuid and job order.
     SM-active and allocated-idle seconds are the GPU's in the job's minutes, times the job's share
-    of the GPU's sampled seconds there; charged and stalled seconds are the job's own."""
+    of the GPU's sampled seconds there (its charged seconds, or its held ones in minutes written
+    before schema 4); charged and stalled seconds are the job's own (charged: the held seconds in
+    those older minutes; None where no minute has it)."""
     rows = db.execute(
         "SELECT j.uuid, j.job_id, j.user, j.pod, j.namespace, j.container, sum(j.sampled_seconds), "
         "sum(j.busy_seconds), sum(j.energy_joules), "
-        "sum(g.sm_active_seconds * j.sampled_seconds / g.sampled_seconds), "
-        "sum(g.allocated_idle_seconds * j.sampled_seconds / g.sampled_seconds), "
-        "sum(j.charged_seconds), sum(j.stalled_seconds) "
+        "sum(g.sm_active_seconds * coalesce(j.charged_seconds, j.sampled_seconds) / g.sampled_seconds), "
+        "sum(g.allocated_idle_seconds * coalesce(j.charged_seconds, j.sampled_seconds) / g.sampled_seconds), "
+        "CASE WHEN count(j.charged_seconds) THEN sum(coalesce(j.charged_seconds, j.sampled_seconds)) END, "
+        "sum(j.stalled_seconds) "
         "FROM job_minutes j LEFT JOIN gpu_minutes g ON g.uuid = j.uuid AND g.minute = j.minute "
         "WHERE j.minute >= ? AND j.minute < ? "
         "GROUP BY j.uuid, j.job_id, j.user, j.pod, j.namespace, j.container "

@@ -10,7 +10,7 @@ COST_COLUMNS = ("hardware_cost", "energy_cost", "idle_cost", "total_cost")
 
 
 def total(rows: list[CostRow], column: str) -> float:
-    return sum(getattr(r, column) for r in rows)
+    return float(sum(getattr(r, column) for r in rows))
 
 
 def assert_conserves(report: Report, groups: tuple[str, ...] = ("user", "job"), abs_: float = 1e-6) -> None:
