@@ -47,6 +47,12 @@ class PrometheusSettings(_Section):
     concurrency: int = Field(4, ge=1, le=32, description="queries in flight at once")
     naming: Literal["gpuledger", "dcgm"] = Field("gpuledger", description="which exporter's series to read")
     dcgm_scrape_interval: float = Field(15.0, gt=0, description="dcgm naming: seconds between scrapes")
+    dcgm_host_labels: list[str] = Field(
+        ["kubernetes_node", "node", "Hostname", "instance"],
+        min_length=1,
+        description="dcgm naming: the host of a GPU is the first of these labels present on its most recent series "
+        "(Hostname is the exporter pod's name under Kubernetes, so a node label comes first)",
+    )
     kube_state_metrics: bool = Field(True, description="read Kubernetes queue wait from kube-state-metrics")
 
     @model_validator(mode="before")
