@@ -3,7 +3,11 @@ hourly, and serves both as gauges on its own /metrics, with the reports themselv
 
 A source that fails is logged and counted (``gpuledger_analytics_runs_total{result="error"}``);
 the figures served stay those of the last good run, with their generation time, and /healthz
-turns 503 when the rolling figures are older than three refresh periods.
+turns 503 when the rolling figures are older than three refresh periods. A window the source
+answered for without GPU data (a fresh install: last week, or the first minute) is
+``result="no_data"``, not an error: nothing is written or served for it, and the refresh is tried
+again a minute later rather than at the next period, so the rolling figures appear with the
+history's first minute.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from exporter import __version__
 
 log = logging.getLogger("gpuledger.analytics")
 WEEK = 7 * 86400
+NO_DATA_RETRY_S = 60  # the embedded history's resolution: a fresh install's first minute
 TYPES = {
     ".html": "text/html; charset=utf-8",
     ".json": "application/json",
@@ -58,7 +63,7 @@ class Analytics:
         self.last_ok: dict[str, float] = {}
         self.scheduler = BackgroundScheduler(timezone=zoneinfo.ZoneInfo(self.tz))
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(ReportCollector(self.reports, settings.cost, self.tz))
+        registry.register(ReportCollector(self.reports, settings.cost, self.tz, clock))
         registry.register(RunsCollector(self.run_state))
         self.site = AnalyticsSite(self, registry)
         host, port = split_listen(settings.analytics.listen)
@@ -86,30 +91,34 @@ class Analytics:
         with self._lock:
             return dict(self.runs), dict(self.last_ok)
 
-    def _count(self, task: str, ok: bool) -> None:
+    def _count(self, task: str, result: str) -> None:
+        """``result``: ok, no_data (the source answered: no GPU data in the window) or error. The
+        first two are the task doing its job: they set its last-success time."""
         with self._lock:
-            key = (task, "ok" if ok else "error")
+            key = (task, result)
             self.runs[key] = self.runs.get(key, 0) + 1
-            if ok:
+            if result != "error":
                 self.last_ok[task] = self.clock()
 
     def weekly(self, window: Window | None = None) -> list[Path]:
         """Write the report of ``window`` (default: the last full ISO week) to the reports folder."""
         window = window or last_full_week(self.clock(), self.tz)
         try:
-            r = make_report(self.source, window, self.s)
+            r = make_report(self.source, window, self.s, now=self.clock())
         except SourceUnavailable as e:
             log.error("weekly report %s: source unavailable: %s", window.label, e)
-            self._count("weekly", False)
+            self._count("weekly", "error")
             return []
         if not r.fleet.gpus:
-            log.warning("weekly report %s: no GPU data in the window; nothing written", window.label)
-            self._count("weekly", False)
+            log.info(
+                "weekly report %s: no GPU data in the window (history starts later); nothing written", window.label
+            )
+            self._count("weekly", "no_data")
             return []
         files = rpt.write(r, self.s.analytics.formats, self.reports_dir)
         with self._lock:
             self._reports["week"] = r
-        self._count("weekly", True)
+        self._count("weekly", "ok")
         log.info(
             "weekly report %s written (%s, coverage %.1f %%): %s",
             window.label,
@@ -120,19 +129,37 @@ class Analytics:
         return files
 
     def refresh(self) -> rpt.Report | None:
-        """Rebuild the rolling 7-day figures (the week up to the current minute)."""
-        end = self.clock() // 60 * 60
+        """Rebuild the rolling 7-day figures (the week up to the current minute). None when the
+        source failed or has no GPU data in those 7 days (then it is tried again in a minute)."""
+        now = self.clock()
+        end = now // 60 * 60
         window = Window(end - WEEK, end, "rolling-7d", self.tz)
         try:
-            r = make_report(self.source, window, self.s)
+            r = make_report(self.source, window, self.s, now=now)
         except SourceUnavailable as e:
             log.error("rolling 7-day refresh: source unavailable: %s", e)
-            self._count("refresh", False)
+            self._count("refresh", "error")
+            return None
+        if not r.fleet.gpus:
+            log.info("rolling 7-day refresh: no GPU data yet; trying again in %d s", NO_DATA_RETRY_S)
+            with self._lock:
+                self._reports.pop("rolling_7d", None)  # no report of zeros
+            self._retry_refresh()
+            self._count("refresh", "no_data")  # after: whoever sees the count sees the retry
             return None
         with self._lock:
             self._reports["rolling_7d"] = r
-        self._count("refresh", True)
+        self._count("refresh", "ok")
         return r
+
+    def _retry_refresh(self) -> None:
+        """Bring the next refresh forward to a minute from now (no sooner than it was due)."""
+        job = self.scheduler.get_job("refresh") if self.scheduler.running else None
+        if job is None:
+            return
+        soon = _now(zoneinfo.ZoneInfo(self.tz)) + dt.timedelta(seconds=NO_DATA_RETRY_S)
+        if job.next_run_time is None or soon < job.next_run_time:
+            job.modify(next_run_time=soon)
 
     def load_latest(self) -> None:
         """Serve the newest weekly report already on disk until the next one is written."""
@@ -210,7 +237,7 @@ class AnalyticsSite:
     def health(self) -> tuple[bool, dict[str, object]]:
         a = self.a
         runs, last_ok = a.run_state()
-        last, errors = last_ok.get("refresh"), runs.get(("refresh", "error"), 0)
+        last, errors = last_ok.get("refresh"), runs.get(("refresh", "error"), 0)  # no_data: answered
         age = None if last is None else a.clock() - last
         ok = age is not None and age <= 3 * 60 * a.s.analytics.refresh_minutes
         shown = None if age is None else round(age, 1)
@@ -219,6 +246,7 @@ class AnalyticsSite:
             "source": a.source.name,
             "rolling_7d_age_seconds": shown,
             "refresh_errors": errors,
+            "refresh_no_data": runs.get(("refresh", "no_data"), 0),
         }
 
     def page(self, path: str) -> tuple[bytes, str] | None:

@@ -150,10 +150,17 @@ PRICE_GPU = Family(
     ("host", "model", "kind", "currency"),
 )
 RUNS = Family(
-    "gpuledger_analytics_runs_total", "counter", "Report runs by task (weekly, refresh) and result.", ("task", "result")
+    "gpuledger_analytics_runs_total",
+    "counter",
+    "Report runs by task (weekly, refresh) and result: ok; no_data (the source answered, no GPU data in the "
+    "window: nothing written); error (the source could not answer).",
+    ("task", "result"),
 )
 LAST_OK = Family(
-    "gpuledger_analytics_last_success_timestamp_seconds", "gauge", "When a task last succeeded.", ("task",)
+    "gpuledger_analytics_last_success_timestamp_seconds",
+    "gauge",
+    "When a task last succeeded (result ok or no_data).",
+    ("task",),
 )
 
 
@@ -166,10 +173,17 @@ def families() -> list[Family]:
 class ReportCollector(Collector):
     """Collects from whatever reports the daemon holds now (``window`` label -> report)."""
 
-    def __init__(self, reports: Callable[[], dict[str, Report]], cost: CostModel, timezone: str) -> None:
+    def __init__(
+        self,
+        reports: Callable[[], dict[str, Report]],
+        cost: CostModel,
+        timezone: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.reports = reports
         self.cost = cost
         self.timezone = timezone
+        self.clock = clock  # the energy price now (a tariff's hour)
 
     def collect(self) -> Iterator[Metric]:
         reports = self.reports()
@@ -188,7 +202,7 @@ class ReportCollector(Collector):
     def _prices(self, reports: dict[str, Report]) -> Iterator[Metric]:
         c = self.cost
         energy = PRICE_ENERGY.make()
-        energy.add_metric((c.currency,), c.price_at(time.time(), self.timezone))
+        energy.add_metric((c.currency,), c.price_at(self.clock(), self.timezone))
         pue = PRICE_PUE.make()
         pue.add_metric((), c.pue)
         gpu = PRICE_GPU.make()

@@ -30,10 +30,13 @@ def make_source(s: FullSettings) -> Source:
     return PrometheusSource(s.prometheus, hourly_energy=bool(s.cost.tariff))
 
 
-def make_report(source: Source, window: Window, s: FullSettings, *, with_previous: bool = True) -> Report:
+def make_report(
+    source: Source, window: Window, s: FullSettings, *, with_previous: bool = True, now: float | None = None
+) -> Report:
     """The window's report; the previous window feeds the week-over-week deltas and benchmark
     drift. A previous window the source cannot serve only loses the comparison. A Prometheus
-    source's queries, both windows together, end by ``prometheus.deadline_seconds``."""
+    source's queries, both windows together, end by ``prometheus.deadline_seconds``. ``now``:
+    hours are charged up to it (default: the wall clock; the daemon passes its own)."""
     api = getattr(source, "api", None)
     with api.report() if isinstance(api, PromAPI) else nullcontext():
         data = source.week(window)
@@ -47,7 +50,7 @@ def make_report(source: Source, window: Window, s: FullSettings, *, with_previou
                 log.warning("previous window unavailable (%s): no week-over-week comparison", e)
             if previous is not None and not previous.gpus:
                 previous = None
-    return build(data, s.cost, previous=previous, min_coverage=s.analytics.min_coverage)
+    return build(data, s.cost, previous=previous, min_coverage=s.analytics.min_coverage, now=now)
 
 
 def describe(source: Source, s: FullSettings) -> str:

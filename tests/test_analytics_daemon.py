@@ -17,6 +17,7 @@ from analytics.daemon import Analytics
 from analytics.report import from_json
 from analytics.week_data import Window, last_full_week
 from daemonkit.crontab import cron_trigger, weekdays
+from exporter.history import HistoryWriter
 from tests.support.clock import ANCHOR, clock_now
 from tests.support.http import free_port, http_get
 from tests.support.metrics import one, parse_metrics
@@ -155,6 +156,27 @@ def test_a_failing_source_is_counted_and_the_rest_keeps_serving(folder: Path, tm
     assert code == 200 and one(m, "gpuledger_analytics_runs_total", task="refresh", result="error") >= 1
     assert health[0] == 503 and b'"refresh_errors": 1' in health[2]
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
+
+
+def test_an_empty_history_is_no_data_not_an_error_and_the_refresh_retries_in_a_minute(tmp_path: Path) -> None:
+    """A fresh install: the exporter has created the history but written no minute yet."""
+    HistoryWriter(tmp_path / "history.db", hostname="gpu-node-01").stop()
+    a = Analytics(_settings(tmp_path), clock=clock_now)
+    a.start()
+    try:
+        assert wait_until(lambda: {("refresh", "no_data"), ("weekly", "no_data")} <= a.run_state()[0].keys(), 30)
+        job = a.scheduler.get_job("refresh")
+        assert job is not None and job.trigger.interval == dt.timedelta(hours=1)
+        # the next try is a minute after the empty one, not the next hourly period
+        assert job.next_run_time - dt.datetime.now(zoneinfo.ZoneInfo(TZ)) <= dt.timedelta(seconds=60)
+        health = http_get(a.url + "/healthz")
+        m = parse_metrics(http_get(a.url + "/metrics")[2].decode())
+    finally:
+        a.stop()
+    assert health[0] == 200 and b'"refresh_errors": 0' in health[2]
+    assert not any(result == "error" for _, result in a.run_state()[0])
+    assert one(m, "gpuledger_analytics_runs_total", task="weekly", result="no_data") == 1
+    assert not a.reports() and not (tmp_path / "reports").exists()
 
 
 def test_a_restart_serves_the_last_report_on_disk(daemon: Analytics, folder: Path) -> None:

@@ -93,6 +93,7 @@ class PrometheusSource:
                 "queue-wait quantiles estimated from histogram buckets",
             ),
             problems=tuple(problems),
+            history_start=part("history start", lambda: history_start(self.api, w), None) if gpus else None,
         )
 
     # --- GPUs ---------------------------------------------------------------------------
@@ -272,6 +273,34 @@ class PrometheusSource:
         model = models[0].labels.get("model", "") if models else ""
         efficiency = runs("gpuledger_bench_train_scaling_efficiency_ratio")
         return BenchWeek.of_runs(busbw, speedup, efficiency, throughput, model)
+
+
+LOOKBACK = "7d"  # data this long before a window means the history began before it
+
+
+def history_start(api: PromAPI, w: Window) -> float | None:
+    """When gpuledger's series begin inside ``w``: the time of the first sample of
+    ``gpuledger_gpu_sampled_seconds_total`` in it; None when there are samples in the ``LOOKBACK``
+    before the window (a gap longer than that reads as a fresh start) or none in it. In turn, each
+    asked only while the answer is still open: a sample at the window's start (the common
+    answer: one query, one sample a series read); any in the lookback; which of the window's days
+    has data (one query a day); the first day's first minute (a 1-minute subquery of
+    ``timestamp()``); that minute's first second (a 1-second one). A week: at most 12 queries."""
+    sampled = GPU_COUNTERS["sampled"]
+    if api.query(f"count({sampled})", w.start) or api.query(f"count(last_over_time({sampled}[{LOOKBACK}]))", w.start):
+        return None
+    spans = days(w)
+    found = api.query_many([(f"count(last_over_time({sampled}[{rng(d.seconds)}]))", d.end) for d in spans])
+    first = next((d for d, answer in zip(spans, found, strict=True) if answer), None)
+    if first is None:
+        return None
+    minute = api.query(f"min(min_over_time(timestamp({sampled})[{rng(first.seconds)}:1m]))", first.end)
+    if not minute:
+        return None
+    # the first minute step that sees a sample sees one at most a minute after the first
+    at = minute[0].value
+    second = api.query(f"min(min_over_time(timestamp({sampled})[1m:1s]))", at)
+    return max(w.start, min([at, *(s.value for s in second)]))
 
 
 def _finite(v: float | None) -> float | None:
