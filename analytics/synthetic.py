@@ -1,7 +1,8 @@
 """A synthetic GPU fleet with a known truth, built from the shapes of the real H200 capture.
 
 Each GPU runs a week of jobs (diurnal: busier by day), each job one of the capture's workloads
-(matmul, device copies, training, or a notebook that holds memory and idles); Slurm jobs wait in
+(matmul, device copies, training, or a notebook that holds memory and idles), and one job hangs
+(a rank spinning on one SM: busy, not working, so *stalled*); Slurm jobs wait in
 a queue (with a spike on Wednesday), some fail, some are cancelled while pending, some requeued;
 a benchmark round runs every night. The week lands in an embedded history (for the embedded
 source), in OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics`` (gpuledger's or
@@ -34,6 +35,7 @@ IDLE_WATTS = 75.5  # the capture's idle power
 # how a job that ran ends (one draw each); the failures include states the report once missed
 OUTCOMES = (states.COMPLETED, "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", states.TIMEOUT)
 OUTCOME_WEIGHTS = (0.88, 0.07, 0.01, 0.01, 0.03)
+STALLED = "stalled"  # the hung job's kind: not in the capture, the shape of a spin-wait on one SM
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ def shapes() -> dict[str, Shape]:
                 statistics.mean(r.gpm.sm if r.gpm else 0.0 for r in recs),
                 statistics.mean(r.power_watts for r in recs),
             )
+    # a rank spinning on one of 132 SMs (torch.cuda._sleep, or a collective whose peer died):
+    # utilisation 100 %, SM activity 0.76 %, power a little above idle
+    out[STALLED] = Shape(1.0, 1 / 132, 110.0)
     return out
 
 
@@ -80,7 +85,8 @@ class Truth:
     """What the report must say: per GPU seconds and joules, per job, queue and failures."""
 
     gpu: dict[str, dict[str, float]] = field(default_factory=dict)  # uuid -> sampled, busy, sm, alloc, idle, energy
-    job: dict[tuple[str, JobKey], tuple[float, float, float]] = field(default_factory=dict)
+    job: dict[tuple[str, JobKey], tuple[float, float, float]] = field(default_factory=dict)  # held, busy, J
+    job_stalled: dict[tuple[str, JobKey], float] = field(default_factory=dict)  # stalled busy seconds
     waits: dict[str, list[float]] = field(default_factory=dict)  # partition -> waits of jobs started in the week
     pending_gpu_hours: dict[str, float] = field(default_factory=dict)
     finished: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -96,6 +102,7 @@ class Fleet:
     job_minutes: dict[str, list[tuple[JobKey, int, int]]]  # uuid -> (job, first minute, last minute)
     bench: list[BenchRecord]
     truth: Truth
+    stalled: dict[str, list[float]] = field(default_factory=dict)  # uuid -> stalled busy seconds per minute
 
 
 USERS = ("alice", "bob", "carol", "dave", "erin", "frank")
@@ -129,11 +136,14 @@ def generate(
     minutes: dict[str, list[tuple[float, float, float, float, float, float]]] = {}
     jobs: list[Job] = []
     job_minutes: dict[str, list[tuple[JobKey, int, int]]] = {}
+    stalled: dict[str, list[float]] = {}
     next_id = 1000
+    hung = min(idle_holders, len(devices) - 1)  # the GPU whose first long job hangs
     for n, (_host, dev) in enumerate(devices):
         rows = [(float(minute_step), 0.0, 0.0, 0.0, 0.0, IDLE_WATTS * minute_step)] * n_min
         rows = list(rows)
-        spans = []
+        stalls = [0.0] * n_min
+        spans: list[tuple[int, int, str]] = []
         m = rng.randrange(1, 120)
         while m < n_min:
             hour = ((window.start + m * minute_step) // 3600) % 24
@@ -145,6 +155,8 @@ def generate(
                     if n < idle_holders and rng.random() < 0.6
                     else rng.choice(("training", "training", "training", "matmul_bf16", "device_copy"))
                 )
+                if n == hung and length >= 120 and all(k != STALLED for _, _, k in spans):
+                    kind = STALLED  # the rng draws stay those of every other fleet: only this job changes
                 spans.append((m, min(n_min - 1, m + length), kind))  # none ends exactly at the week's end
                 m += length + rng.randrange(5, 90)
             else:
@@ -163,6 +175,8 @@ def generate(
                     idle,
                     s.watts * jitter * minute_step,
                 )
+                if kind == STALLED:  # hours long: far past the exporter's 5-minute minimum
+                    stalls[k] = busy * minute_step
             next_id += 1
             start = window.start + first * minute_step
             end = window.start + last * minute_step
@@ -184,6 +198,7 @@ def generate(
             jobs.append(job)
             job_minutes.setdefault(dev.uuid, []).append((JobKey(job.job_id, job.user), first, last))
         minutes[dev.uuid] = rows
+        stalled[dev.uuid] = stalls
     for _ in range(max(2, len(devices) // 4)):  # cancelled while pending: never ran
         next_id += 1
         submit = window.start + rng.uniform(0.1, 0.9) * window.seconds
@@ -200,7 +215,7 @@ def generate(
                 states.CANCELLED,
             )
         )
-    fleet = Fleet(window, devices, minutes, jobs, job_minutes, _bench(window, rng), Truth())
+    fleet = Fleet(window, devices, minutes, jobs, job_minutes, _bench(window, rng), Truth(), stalled)
     fleet.truth = _truth(fleet, minute_step)
     return fleet
 
@@ -211,7 +226,7 @@ def _shifted(f: Fleet, window: Window, offset: float, step: int) -> Fleet:
 
     jobs = [replace(j, submit=j.submit + offset, start=move(j.start), end=j.end + offset) for j in f.jobs]
     bench = [replace(b, finished=b.finished + offset) for b in f.bench]
-    moved = Fleet(window, f.devices, f.minutes, jobs, f.job_minutes, bench, Truth())
+    moved = Fleet(window, f.devices, f.minutes, jobs, f.job_minutes, bench, Truth(), f.stalled)
     moved.truth = _truth(moved, step)
     return moved
 
@@ -277,9 +292,12 @@ def _truth(f: Fleet, step: int) -> Truth:
     for uuid, rows in f.minutes.items():
         sums = [sum(r[i] for r in rows) for i in range(6)]
         t.gpu[uuid] = dict(zip(("sampled", "busy", "sm", "alloc", "idle", "energy"), sums, strict=True))
+        stalls = f.stalled.get(uuid, [])
+        t.gpu[uuid]["stalled"] = sum(stalls)
         for key, first, last in f.job_minutes.get(uuid, []):
             rows_j = rows[first:last]
             t.job[(uuid, key)] = (step * (last - first), sum(r[1] for r in rows_j), sum(r[5] for r in rows_j))
+            t.job_stalled[(uuid, key)] = sum(stalls[first:last])
     w = f.window
     for j in f.jobs:
         if j.start is not None and w.start <= j.start < w.end:
@@ -314,17 +332,18 @@ def write_history(f: Fleet, path: str | Path, step: int = 60) -> None:
                             "energy_joules": e,
                             "allocated_seconds": a,
                             "allocated_idle_seconds": i,
+                            "stalled_seconds": f.stalled[d.uuid][k],  # measured (GPM), mostly 0
                         }
                         rows.append(MinuteRow(int(w.start + k * step), d, values))
                 history.insert_minutes(db, rows, host)
         with history.transaction(db):
             jm = []
             for uuid, spans in f.job_minutes.items():
-                rows_u = f.minutes[uuid]
+                rows_u, stalls = f.minutes[uuid], f.stalled[uuid]
                 for key, first, last in spans:
                     for k in range(first, last):
-                        s, b, _, _, _, e = rows_u[k]
-                        jm.append(JobMinuteRow(int(w.start + k * step), uuid, key, s, b, e))
+                        s, b, _, _, _, e = rows_u[k]  # alone on its GPU: charged every second it held
+                        jm.append(JobMinuteRow(int(w.start + k * step), uuid, key, s, b, e, s, stalls[k]))
             history.insert_job_minutes(db, jm)
             history.insert_jobs(
                 db,

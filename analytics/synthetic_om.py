@@ -82,14 +82,23 @@ def write(f: Fleet, path: str | Path, naming: str = "gpuledger", step: int = 60)
                 )
             ):
                 _series(out, f"gpuledger_gpu_{name}_total", base, cumulative(i))
-            count += 7 * len(times)
+            stalls = [(x,) for x in f.stalled.get(dev.uuid, [0.0] * n)]
+            _series(out, "gpuledger_gpu_stalled_seconds_total", base, cumulative(0, stalls))
+            count += 8 * len(times)
             for key, first, last in f.job_minutes.get(dev.uuid, []):
                 jl = {**base, "job_id": key.job_id, "user": key.user}
                 span = [t for t in times if w.start + first * step <= t <= w.start + last * step + GRACE]
-                for i, name in ((0, "sampled_seconds"), (1, "busy_seconds"), (5, "energy_joules")):
+                stalled = f.stalled.get(dev.uuid, [0.0] * n)
+                for i, name in (
+                    (0, "sampled_seconds"),
+                    (1, "busy_seconds"),
+                    (5, "energy_joules"),
+                    (0, "charged_seconds"),  # alone on its GPU: charged every second it held
+                    (-1, "stalled_seconds"),
+                ):
                     cum = [0.0]
                     for k in range(first, last):
-                        cum.append(cum[-1] + rows[k][i])
+                        cum.append(cum[-1] + (stalled[k] if i < 0 else rows[k][i]))
                     pts = ((t, cum[min(len(cum) - 1, int((t - w.start) // step) - first)]) for t in span)
                     _series(out, f"gpuledger_job_gpu_{name}_total", jl, pts)
                     count += len(span)

@@ -213,9 +213,12 @@ def _activity(d: Dashboard) -> None:
         timeseries(
             "Busy, SM, tensor and DRAM activity",
             "Shares of sampled time from the counters: busy (a kernel "
-            "running), SMs active, tensor cores active, DRAM bandwidth in use (GPM, Hopper).",
+            "running), SMs active, tensor cores active, DRAM bandwidth in use (GPM, Hopper), and "
+            "stalled: busy while SMs, tensor cores and DRAM stayed quiet for 5 minutes or more "
+            "(a hang or a spin-wait; not useful work).",
             [
                 Q(share("busy"), G + " busy"),
+                Q(share("stalled"), G + " stalled"),
                 Q(share("sm_active"), G + " SM"),
                 Q(share("tensor_active"), G + " tensor"),
                 Q(share("dram_active"), G + " DRAM"),

@@ -129,12 +129,15 @@ def add_jobs(d: Dashboard) -> None:
     by = "sum by (hostname, gpu, job_id, user, pod, namespace)"
     d.add(
         table(
-            "Per-job held, busy and energy",
-            "Over the time range, per job on the GPU: hours held, hours busy, "
-            "their ratio and the job's share of the GPU's energy.",
+            "Per-job held, charged, busy, stalled and energy",
+            "Over the time range, per job on the GPU: hours held, hours charged (its share of the "
+            "GPU's time when jobs share it: what chargeback prices), hours busy, hours stalled, "
+            "busy / held and the job's share of the GPU's energy.",
             [
                 Col("held", f"{by} ({per_gpu(increase('gpuledger_job_gpu_sampled_seconds_total'))}) / 3600", "h"),
+                Col("charged", f"{by} ({per_gpu(increase('gpuledger_job_gpu_charged_seconds_total'))}) / 3600", "h"),
                 Col("busy", f"{by} ({per_gpu(increase('gpuledger_job_gpu_busy_seconds_total'))}) / 3600", "h"),
+                Col("stalled", f"{by} ({per_gpu(increase('gpuledger_job_gpu_stalled_seconds_total'))}) / 3600", "h"),
                 Col(
                     "utilisation",
                     f"{by} ({per_gpu(increase('gpuledger_job_gpu_busy_seconds_total'))}) / "

@@ -54,7 +54,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
         "Clock-event (throttle) reasons",
         "Compute processes",
         "Jobs on the GPU now",
-        "Per-job held, busy and energy",
+        "Per-job held, charged, busy, stalled and energy",
     ),
     "gpuledger-weekly": (
         "Cost per useful GPU-hour (${currency})",
