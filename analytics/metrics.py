@@ -14,7 +14,8 @@ from prometheus_client.registry import Collector
 from analytics.cost import CostModel
 from analytics.report.model import CostRow, Report
 
-GROUPS = ("fleet", "host", "model", "user")  # GPUs and jobs stay in the reports: too many series
+# GPUs and jobs stay in the reports (too many series); the unallocated row makes the users add up
+GROUPS = ("fleet", "host", "model", "user", "unallocated")
 Sample = tuple[tuple[str, ...], float]
 
 

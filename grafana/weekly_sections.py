@@ -295,11 +295,12 @@ def add_daemon(d: Dashboard) -> None:
     d.add(
         stat(
             "Failed runs",
-            "Report runs that did not succeed over the time range. Every run counts as 0 "
-            "unless it failed, so 0 is a real zero and no data means the daemon is not scraped.",
+            "Report runs that failed over the time range (a run that found no data yet, on a "
+            "fresh install, is not a failure). Every run counts as 0 unless it failed, so 0 is a "
+            "real zero and no data means the daemon is not scraped.",
             [
                 Q(
-                    'sum (increase(gpuledger_analytics_runs_total{result!="ok"}[$__range])'
+                    'sum (increase(gpuledger_analytics_runs_total{result="error"}[$__range])'
                     " or 0 * increase(gpuledger_analytics_runs_total[$__range]))",
                     instant=True,
                 )

@@ -13,7 +13,7 @@ from exporter.attribution.shares import JobKey
 from exporter.readers import DeviceInfo, GpmActivity, Process
 from exporter.readers.fake import FakeReader
 from exporter.readers.replay import ReplayReader
-from exporter.sampling import fastlane, slowlane, stalls
+from exporter.sampling import fastlane, slowlane
 from exporter.sampling.gpu_state import TrackedGpu
 from exporter.sampling.sampler import Sampler, SamplerOptions
 from exporter.sampling.stalls import StallRule, StallRun, step
@@ -136,7 +136,7 @@ def fold_round(g: TrackedGpu, t: float, busy: float, gpm: GpmActivity | None, ho
     dt = fastlane.integrate(g, r, max_gap=10.0, idle_below=0.05)
     if dt is not None:
         g.jobs.integrate(holders, dt=dt, busy=busy, power=None, now=t, energy_from_power=False)
-    stalls.fold(g, r, dt, holders, StallRule(min_seconds=10.0))
+    fastlane.fold_stall(g, r, dt, holders, StallRule(min_seconds=10.0))
 
 
 def test_per_job_stalled_splits_by_share_and_a_gap_breaks_the_run() -> None:

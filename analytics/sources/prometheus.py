@@ -1,11 +1,12 @@
 """gpuledger's own series in Prometheus (or Thanos, VictoriaMetrics, Mimir) as a source.
 
-Aggregation happens in PromQL, summed by GPU, so 1,024 GPUs cost the same queries as one (102
-for a week). GPU counters: their values at the day boundaries (``analytics.sources.counters``:
-exact, one sample per series read, ``increase()`` only where a counter reset or a series is
-missing); per-job counters, whose series begin and end inside the window: ``increase(...[day])``.
-The days add up to the window and are the daily figures too. Hourly energy (for time-of-day
-tariffs) is one range query. Only plain PromQL and the query/query_range endpoints are used.
+Aggregation happens in PromQL, summed by GPU, so 1,024 GPUs cost the same queries as one (a
+fixed number for a week: ``bench/report_scale.py`` counts them). GPU counters: their values at
+the day boundaries (``analytics.sources.counters``: exact, one sample per series read,
+``increase()`` only where a counter reset or a series is missing); per-job counters, whose
+series begin and end inside the window: ``increase(...[day])``. The days add up to the window
+and are the daily figures too. Hourly energy (for time-of-day tariffs) is one range query. Only
+plain PromQL and the query/query_range endpoints are used.
 """
 
 from __future__ import annotations

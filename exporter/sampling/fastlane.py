@@ -8,9 +8,12 @@ interval alone, so ``rate(x) / rate(sampled)`` is the exact time-weighted mean o
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
+from exporter.attribution.shares import JobKey
 from exporter.readers import CLOCK_EVENT_REASONS, GpmActivity, Process, ProcessUtil, Reader, UtilSample
+from exporter.sampling import stalls
 from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, call
 from exporter.snapshot import GpuGauges
 
@@ -119,3 +122,31 @@ def integrate(gpu: TrackedGpu, r: FastReading, *, max_gap: float, idle_below: fl
         mean_power = power if prev_power is None else (power + prev_power) / 2.0
         c.energy_joules = (c.energy_joules or 0.0) + mean_power * dt
     return dt
+
+
+def fold_stall(
+    gpu: TrackedGpu, r: FastReading, dt: float | None, holders: Mapping[JobKey, float] | None, rule: stalls.StallRule
+) -> None:
+    """Fold one round into ``gpu``'s stalled counters and its jobs' (caller holds the sampler lock;
+    after ``fastlane.integrate`` and the jobs' integration). An uncovered round (baseline, gap,
+    utilisation or GPM unread) breaks the run."""
+    c = gpu.counters
+    if r.gpm is not None and c.stalled_seconds is None:
+        c.stalled_seconds = 0.0
+    if dt is None or r.busy is None or r.gpm is None:
+        gpu.stall.reset()
+        return
+    busy_s = r.busy * dt
+    amounts: dict[Hashable, float] = {stalls.GPU: busy_s}
+    for holder, share in (holders or {}).items():
+        held = gpu.jobs.jobs.get(holder)
+        if held is not None and held.stalled_seconds is None:
+            held.stalled_seconds = 0.0
+        amounts[holder] = busy_s * share
+    stalled = rule.holds(r.busy, r.gpm)
+    counted = stalls.step(gpu.stall, stalled=stalled, dt=dt, amounts=amounts, min_seconds=rule.min_seconds)
+    for key, v in counted.items():
+        if key == stalls.GPU:
+            c.stalled_seconds = (c.stalled_seconds or 0.0) + v
+        elif isinstance(key, JobKey) and (job := gpu.jobs.jobs.get(key)) is not None:
+            job.stalled_seconds = (job.stalled_seconds or 0.0) + v

@@ -146,7 +146,7 @@ class Sampler:
             dt = fastlane.integrate(g, r, max_gap=max_gap, idle_below=self.opt.idle_below)
             now = time.monotonic()
             holders = self._fold_jobs(g, r, owners, dt, now)
-            stalls.fold(g, r, dt, holders, self.opt.stall)
+            fastlane.fold_stall(g, r, dt, holders, self.opt.stall)
             if not g.up:
                 g.observed_since = None
                 return

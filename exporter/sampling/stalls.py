@@ -10,20 +10,15 @@ A stall counts only once the condition has held without a break for ``min_second
 whole run counts, from its start. What counts is the round's busy seconds (busy × interval), so
 ``busy - stalled`` is exactly the busy time that was not stalled. Each holding job is counted
 its share of it. Only where GPM is read: without it nothing is counted (the counters stay None).
+The rule and the run's state live here; ``fastlane.fold_stall`` applies them to a GPU's round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from exporter.attribution.shares import JobKey
 from exporter.readers import GpmActivity
-
-if TYPE_CHECKING:  # gpu_state holds a StallRun per GPU
-    from exporter.sampling.fastlane import FastReading
-    from exporter.sampling.gpu_state import TrackedGpu
 
 GPU = "gpu"
 """The key of the GPU's own amount among the jobs' in a run."""
@@ -76,30 +71,3 @@ def step(
         return {}
     out, run.pending = run.pending, {}
     return out
-
-
-def fold(
-    gpu: TrackedGpu, r: FastReading, dt: float | None, holders: Mapping[JobKey, float] | None, rule: StallRule
-) -> None:
-    """Fold one round into ``gpu``'s stalled counters and its jobs' (caller holds the sampler lock;
-    after ``fastlane.integrate`` and the jobs' integration). An uncovered round (baseline, gap,
-    utilisation or GPM unread) breaks the run."""
-    c = gpu.counters
-    if r.gpm is not None and c.stalled_seconds is None:
-        c.stalled_seconds = 0.0
-    if dt is None or r.busy is None or r.gpm is None:
-        gpu.stall.reset()
-        return
-    busy_s = r.busy * dt
-    amounts: dict[Hashable, float] = {GPU: busy_s}
-    for holder, share in (holders or {}).items():
-        held = gpu.jobs.jobs.get(holder)
-        if held is not None and held.stalled_seconds is None:
-            held.stalled_seconds = 0.0
-        amounts[holder] = busy_s * share
-    counted = step(gpu.stall, stalled=rule.holds(r.busy, r.gpm), dt=dt, amounts=amounts, min_seconds=rule.min_seconds)
-    for key, v in counted.items():
-        if key == GPU:
-            c.stalled_seconds = (c.stalled_seconds or 0.0) + v
-        elif isinstance(key, JobKey) and (job := gpu.jobs.jobs.get(key)) is not None:
-            job.stalled_seconds = (job.stalled_seconds or 0.0) + v

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-# Synthetic data is built at this fixed epoch (Sunday 2026-11-22 00:00 UTC) and shifted to where a
+# Synthetic data is built at this fixed epoch (Saturday 2026-11-21 00:00 UTC) and shifted to where a
 # test needs it, so what falls in any window is the same whatever the hour the suite runs at.
 ANCHOR = 1_795_219_200.0
 
