@@ -18,6 +18,7 @@ from analytics.synthetic_dcgm import DcgmFleet, Truth, generate
 from analytics.week_data import WeekData, Window, days
 from exporter.attribution.shares import JobKey
 from tests.support.clock import ANCHOR
+from tests.support.conservation import assert_conserves
 from tests.support.prometheus import PrometheusServer
 from tests.support.victoria import VictoriaMetricsServer
 
@@ -167,6 +168,9 @@ def test_the_report_builds(store: tuple[str, WeekData, int], truth: Truth) -> No
     r = build(data, CostModel())
     assert r.fleet.gpus == len(truth.gpu), name
     assert {row.key for row in r.group("host")} == {"gpu-node-a", "gpu-node-b"}
+    # every pod has a namespace: namespaces + unallocated add up to the fleet too
+    assert r.group("namespace") and all(j.job.namespace for j in data.jobs)
+    assert_conserves(r, groups=("user", "namespace", "job"))
 
 
 def test_energy_growth_at_day_boundaries() -> None:
