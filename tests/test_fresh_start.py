@@ -5,16 +5,20 @@ series begin inside a window (``history_start``) and the report is charged only 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from analytics.config import FullSettings, PrometheusSettings
+from analytics.cost import CostModel
 from analytics.daemon import Analytics
 from analytics.report.build import build
+from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.prometheus import PrometheusSource, history_start
 from analytics.week_data import Window, iso_week
+from exporter import history
 from exporter.history import HistoryWriter
 from exporter.readers import DeviceInfo
 from exporter.snapshot import ROLLUP_FIELDS, MinuteRow
@@ -186,3 +190,21 @@ def test_a_store_whose_series_begin_mid_window_is_charged_from_the_first_sample(
     assert r.charged_start == T0 and r.history_start == T0
     assert "history starts 2026-11-16 10:00: the hours before it are not charged" in r.notes
     assert r.coverage == pytest.approx(1.0, abs=0.01)  # the hours before the first sample are not gaps
+
+
+def test_an_exporter_started_mid_minute_is_charged_from_its_first_sample(tmp_path: Path) -> None:
+    """The first minute row of a fresh history holds 50 s: the exporter started 10 s into it.
+    The history starts then; those 10 s are not a gap (coverage stays 100 %)."""
+    db = history.connect(tmp_path / "h.db")
+    first = _minutes(3)
+    partial = {"sampled_seconds": 50.0, "busy_seconds": 25.0}
+    late = [dataclasses.replace(m, values={**m.values, **partial}) for m in first[: len(GPUS)]]
+    history.insert_minutes(db, late + first[len(GPUS) :], HOST)
+    db.commit()
+    db.close()
+    source = EmbeddedSource(tmp_path / "h.db")
+    window = Window(FIRST - 3600, FIRST + 180, "rolling")
+    data = source.week(window)
+    assert data.history_start == FIRST + 10
+    r = build(data, CostModel(), now=FIRST + 180)
+    assert r.charged_start == FIRST + 10 and r.coverage == pytest.approx(1.0) and r.complete

@@ -20,6 +20,8 @@ from exporter import history
 from exporter.benchmarks.results import allreduce_from, train_from
 from exporter.slurm.states import FAILED
 
+MINUTE = 60.0  # the history's rows: one per GPU and minute
+
 
 class EmbeddedSource:
     name = "embedded"
@@ -53,8 +55,14 @@ class EmbeddedSource:
         )
 
     def _first_minute(self) -> float | None:
-        (first,) = self.db.execute("SELECT MIN(minute) FROM gpu_minutes").fetchone()
-        return None if first is None else float(first)
+        """When the history's first sample was taken: its first minute's start plus the part of
+        that minute no GPU sampled (an exporter starts mid-minute; that is not a gap)."""
+        first, sampled = self.db.execute(
+            "SELECT minute, MAX(sampled_seconds) FROM gpu_minutes WHERE minute = (SELECT MIN(minute) FROM gpu_minutes)"
+        ).fetchone()
+        if first is None:
+            return None
+        return float(first) + max(0.0, MINUTE - (sampled or 0.0))
 
     def _gpus(self, w: Window) -> list[GpuWeek]:
         ident = history.gpus(self.db)
