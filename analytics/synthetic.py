@@ -138,7 +138,7 @@ def generate(
     job_minutes: dict[str, list[tuple[JobKey, int, int]]] = {}
     stalled: dict[str, list[float]] = {}
     next_id = 1000
-    hung = min(idle_holders, len(devices) - 1)  # the GPU whose first long job hangs
+    hung = min(idle_holders, len(devices) - 1)  # the GPU whose first long job of the second half hangs
     for n, (_host, dev) in enumerate(devices):
         rows = [(float(minute_step), 0.0, 0.0, 0.0, 0.0, IDLE_WATTS * minute_step)] * n_min
         rows = list(rows)
@@ -155,7 +155,7 @@ def generate(
                     if n < idle_holders and rng.random() < 0.6
                     else rng.choice(("training", "training", "training", "matmul_bf16", "device_copy"))
                 )
-                if n == hung and length >= 120 and all(k != STALLED for _, _, k in spans):
+                if n == hung and length >= 120 and m >= n_min // 2 and all(k != STALLED for _, _, k in spans):
                     kind = STALLED  # the rng draws stay those of every other fleet: only this job changes
                 spans.append((m, min(n_min - 1, m + length), kind))  # none ends exactly at the week's end
                 m += length + rng.randrange(5, 90)
