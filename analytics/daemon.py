@@ -30,6 +30,7 @@ from analytics import report as rpt
 from analytics.config import FullSettings
 from analytics.metrics import ReportCollector, RunsCollector
 from analytics.pipeline import make_report, make_source, out_dir
+from analytics.report import served
 from analytics.sources import Source, SourceUnavailable
 from analytics.week_data import Window, last_full_week
 from daemonkit.crontab import cron_trigger
@@ -40,12 +41,6 @@ from exporter import __version__
 log = logging.getLogger("gpuledger.analytics")
 WEEK = 7 * 86400
 NO_DATA_RETRY_S = 60  # the embedded history's resolution: a fresh install's first minute
-TYPES = {
-    ".html": "text/html; charset=utf-8",
-    ".json": "application/json",
-    ".md": "text/markdown; charset=utf-8",
-    ".csv": "text/csv; charset=utf-8",
-}
 
 
 class Analytics:
@@ -250,19 +245,18 @@ class AnalyticsSite:
         }
 
     def page(self, path: str) -> tuple[bytes, str] | None:
-        """/reports/<file>: a report file from the reports folder (names only, no sub-paths but CSV's)."""
+        """/reports/<file>: a report file the daemon wrote (analytics.report.served says which and
+        how); anything else is None (404) with one short, escaped log line."""
         if not path.startswith("/reports/"):
             return None
         rel = path[len("/reports/") :]
-        parts = rel.split("/")
-        if not rel or len(parts) > 2 or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+        got = served.read(self.a.reports_dir, rel)
+        if isinstance(got, str):
+            log.info("/reports/%s refused: %s", served.shown(rel), got)
             return None
-        f = self.a.reports_dir / rel
-        if f.suffix not in TYPES or not f.is_file():
-            return None
-        return f.read_bytes(), TYPES[f.suffix]
+        return got
 
     def landing(self) -> str:
         a = self.a
-        files = [f.name for f in a.reports_dir.glob("gpuledger-*") if f.suffix in TYPES]
+        files = served.listing(a.reports_dir)
         return rpt.landing_page(a.reports(), files, a.source.name, a.tz, __version__)

@@ -1,4 +1,9 @@
-"""A :class:`Report` as CSV tables, one file per row list (RFC 4180; an empty cell is None)."""
+"""A :class:`Report` as CSV tables, one file per row list (RFC 4180; an empty cell is None).
+
+A text cell that a spreadsheet would run as a formula (it starts with ``=``, ``+``, ``-``, ``@``,
+TAB or CR, or their full-width forms) gets a leading ``'``, as OWASP recommends: a user named
+``=HYPERLINK(...)`` reads ``'=HYPERLINK(...)``, shown as text. Numbers stay numbers (-3.5 is data).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,21 @@ from typing import Any
 from analytics.report.jsonio import LISTS
 from analytics.report.model import CostRow, Report
 
+FORMULA_START = tuple("=+-@\t\r") + tuple("\uff1d\uff0b\uff0d\uff20")  # and full-width = + - @
+TABLES = ("costs", *(attr for attr in LISTS if attr != "rows"))  # one <table>.csv each; costs holds "rows"
+
+
+def neutralise(text: str) -> str:
+    """``text`` as a spreadsheet shows it, never a formula: a leading ``'`` where it could start one."""
+    return "'" + text if text.startswith(FORMULA_START) else text
+
 
 def _csv_cell(v: object) -> object:
-    return "" if v is None else ("true" if v else "false") if isinstance(v, bool) else v
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return neutralise(v) if isinstance(v, str) else v
 
 
 def _csv(cls: type[Any], rows: Iterable[Any]) -> str:
@@ -29,7 +46,6 @@ def _csv(cls: type[Any], rows: Iterable[Any]) -> str:
 def to_csv(report: Report) -> dict[str, str]:
     """File name -> CSV text, one per table; ``costs.csv`` holds the fleet row first. Empty cell = None."""
     out = {"costs.csv": _csv(CostRow, [report.fleet, *report.rows])}
-    for attr, cls in LISTS.items():
-        if attr != "rows":  # daily.csv, queue.csv, ..., rent_vs_buy.csv, deltas.csv
-            out[f"{attr}.csv"] = _csv(cls, getattr(report, attr))
+    for attr in TABLES[1:]:  # daily.csv, queue.csv, ..., rent_vs_buy.csv, deltas.csv
+        out[f"{attr}.csv"] = _csv(LISTS[attr], getattr(report, attr))
     return out

@@ -20,8 +20,9 @@ _SINGLE: dict[str, Callable[[Report], str]] = {"json": to_json, "md": to_markdow
 
 
 def _safe(week: str) -> str:
-    """The week label as a file-name part: no separators, no dot files."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", week).strip(".") or "report"
+    """The week label as a file-name part: no separators, no dot files, no ``..`` (the names
+    analytics.report.served serves)."""
+    return re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]+", "_", week)).strip(".") or "report"
 
 
 def write_atomic(path: Path, text: str) -> None:
