@@ -29,8 +29,10 @@ class EmbeddedSource:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
-            self.db = history.connect(self.path, readonly=True)
-        except (history.HistoryError, sqlite3.Error) as e:
+            self.db = history.connect(self.path, readonly=True)  # after PRAGMA quick_check
+        except history.HistoryError as e:  # names the file: damaged, not SQLite, newer...
+            raise SourceUnavailable(f"embedded history: {e}") from e
+        except sqlite3.Error as e:
             raise SourceUnavailable(f"embedded history {self.path}: {e}") from e
 
     def week(self, window: Window, *, jobs: bool = True) -> WeekData:

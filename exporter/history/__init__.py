@@ -12,7 +12,7 @@ from exporter.history.reads import (
     gpus,
     job_totals,
 )
-from exporter.history.schema import SCHEMA_VERSION, HistoryError, connect
+from exporter.history.schema import SCHEMA_VERSION, HistoryDamaged, HistoryError, connect
 from exporter.history.tables import (
     insert_bench,
     insert_job_minutes,
@@ -30,6 +30,7 @@ __all__ = [
     "FinishedJob",
     "GpuHour",
     "GpuIdentity",
+    "HistoryDamaged",
     "HistoryError",
     "HistoryWriter",
     "JobTotals",

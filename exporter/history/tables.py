@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from exporter.benchmarks.records import BenchRecord
@@ -15,12 +15,16 @@ from exporter.snapshot import ROLLUP_FIELDS, JobMinuteRow, MinuteRow
 
 @contextmanager
 def transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE ... COMMIT; on failure the original error, never the rollback's (SQLite
+    rolls back by itself on a full disk, and ROLLBACK then says "no transaction is active")."""
     db.execute("BEGIN IMMEDIATE")
     try:
         yield
         db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        if db.in_transaction:
+            with suppress(sqlite3.Error):  # the error that got us here is the one to report
+                db.execute("ROLLBACK")
         raise
 
 
