@@ -38,7 +38,6 @@ BAD_YAML = "exporter: [unclosed\n"
         (["--log-level", "loud"], {}, None, "log_level"),
         (["--tls-cert", "/no/cert.pem", "--tls-key", "/no/key.pem"], {}, None, "web.tls_cert_file"),
         (["--tls-cert", str(CAPTURE)], {}, None, "tls_key_file go together"),
-        (["--history", "/proc/gpuledger/history.db"], {}, None, "history.path"),
         ([], {"GPULEDGER_EXPORTER__PCIE_INTERVAL": "-1"}, None, "exporter.pcie_interval"),
         ([], {"GPULEDGER_HISTORY__RETENTION_DAYS": "0"}, None, "history.retention_days"),
         ([], {"GPULEDGER_EXPORTER__ALLOCATED_IDLE_BELOW": "2"}, None, "exporter.allocated_idle_below"),
