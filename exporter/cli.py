@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from daemonkit.logs import setup_logging
-from daemonkit.settings import ConfigError
-from exporter.config import DEFAULT_PORT, load
+from daemonkit.settings import ConfigError, load_settings
+from exporter.config import DEFAULT_PORT, Settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +24,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (HTTPS)")
     p.add_argument("--tls-key", metavar="FILE", help="PEM private key (HTTPS)")
     p.add_argument("--log-level", help="debug | info | warning | error")
+
+
+def add_check_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--check-config",
+        action="store_true",
+        help="validate the configuration (file, environment, flags), then exit: 0 valid, 2 invalid",
+    )
 
 
 FLAGS: dict[str, tuple[str, ...]] = {
@@ -56,11 +64,16 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, settings_cls: type[Settings] = Settings) -> int:
+    """Load the settings as ``settings_cls`` (``gpuledger exporter`` passes the model of every
+    section, so a mistake in the analytics' sections stops it too), then run the exporter."""
     from exporter import app
 
     try:
-        settings = load(args.config, overrides(args))
+        settings = load_settings(settings_cls, args.config, overrides(args))
+        if getattr(args, "check_config", False):
+            print("gpuledger exporter: configuration ok")
+            return 0
         setup_logging(settings.log_level)
         return app.run(settings)
     except ConfigError as e:
@@ -71,4 +84,5 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m exporter", description="gpuledger exporter")
     add_arguments(p)
+    add_check_argument(p)
     return run(p.parse_args(argv))

@@ -25,7 +25,17 @@ range and in none of the allocations we found in public copies of the list (2026
 not a Kubernetes port (10250-10259). Change it with --listen."""
 
 ENV_PREFIX = "GPULEDGER_"
+MAX_LABEL_VALUE = 253
+"""Longest setting that becomes a label value: a DNS name's limit (RFC 1035), far below what
+makes every series of the node a burden to Prometheus."""
 _BCRYPT = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
+
+
+def check_label_value(v: str) -> str:
+    """A settings validator for a string exported as a label value: printable, no control characters."""
+    if not v.isprintable():
+        raise ValueError("must be printable: no control characters, tabs or newlines")
+    return v
 
 
 class _Section(BaseModel):
@@ -60,7 +70,8 @@ class ExporterSettings(_Section):
     hostname: str = Field(
         default_factory=socket.gethostname,
         min_length=1,
-        description="hostname label of gpuledger_gpu_info",
+        max_length=MAX_LABEL_VALUE,
+        description=f"hostname label of gpuledger_gpu_info (at most {MAX_LABEL_VALUE} printable characters)",
     )
     stale_after: float = Field(10.0, gt=0, description="/healthz turns 503 when the last sample is older (s)")
     lost_gpu_retry: float = Field(10.0, gt=0, description="seconds between attempts to bring a lost GPU back")
@@ -78,6 +89,11 @@ class ExporterSettings(_Section):
                 raise ValueError(f"capture file not found: {path}")
             return f"replay:{path}"
         raise ValueError("expected auto, nvml, replay or replay:PATH")
+
+    @field_validator("hostname")
+    @classmethod
+    def _hostname(cls, v: str) -> str:
+        return check_label_value(v)
 
 
 class WebSettings(_Section):
@@ -213,8 +229,9 @@ class Settings(LayeredSettings):
     bench: BenchSettings = Field(default_factory=BenchSettings)
     attribution: AttributionSettings = Field(default_factory=AttributionSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
-    # The analytics' sections, validated by the analytics (analytics.config), which may import
-    # the exporter while the exporter never imports the analytics: one file serves both daemons.
+    # The analytics' sections, typed by the analytics (analytics.config.FullSettings), which may
+    # import the exporter while the exporter never imports the analytics: one file serves both
+    # daemons. `gpuledger exporter` loads FullSettings, so every command checks the whole file.
     analytics: dict[str, Any] = Field(default_factory=dict)
     prometheus: dict[str, Any] = Field(default_factory=dict)
     cost: dict[str, Any] = Field(default_factory=dict)

@@ -6,6 +6,7 @@ import argparse
 import platform
 
 from analytics import cli as analytics_cli
+from analytics.config import FullSettings
 from exporter import __version__
 from exporter import cli as exporter_cli
 from exporter.benchmarks import cli as bench_cli
@@ -17,13 +18,20 @@ def _version(args: argparse.Namespace) -> int:
     return 0
 
 
+def _exporter(args: argparse.Namespace) -> int:
+    """The exporter, validating the whole file: the analytics' sections too (the exporter alone
+    may not import the analytics, so ``python -m exporter`` checks its own sections only)."""
+    return exporter_cli.run(args, FullSettings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpuledger", description="GPU utilisation, energy and cost, for Prometheus.")
     p.add_argument("--version", action="version", version=f"gpuledger {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     ex = sub.add_parser("exporter", help="run the node exporter (serves /metrics)")
     exporter_cli.add_arguments(ex)
-    ex.set_defaults(func=exporter_cli.run)
+    exporter_cli.add_check_argument(ex)
+    ex.set_defaults(func=_exporter)
     an = sub.add_parser("analytics", help="run the analytics daemon (weekly reports, rolling figures on /metrics)")
     analytics_cli.add_analytics_arguments(an)
     an.set_defaults(func=analytics_cli.run_analytics)
