@@ -8,15 +8,16 @@ Loading every layer, and the ``ConfigError`` that names a bad field, is ``daemon
 from __future__ import annotations
 
 import os
-import re
 import socket
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import SettingsConfigDict
 
 from daemonkit import crontab
+from daemonkit.http import check_password_hash
 from daemonkit.settings import LayeredSettings, check_timezone, load_settings, split_listen
 
 DEFAULT_PORT = 10044
@@ -28,7 +29,6 @@ ENV_PREFIX = "GPULEDGER_"
 MAX_LABEL_VALUE = 253
 """Longest setting that becomes a label value: a DNS name's limit (RFC 1035), far below what
 makes every series of the node a burden to Prometheus."""
-_BCRYPT = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
 
 
 def check_label_value(v: str) -> str:
@@ -118,11 +118,21 @@ class WebSettings(_Section):
     @field_validator("basic_auth_users")
     @classmethod
     def _hashes(cls, v: dict[str, str]) -> dict[str, str]:
+        """Each user's hash checked (daemonkit.http.check_password_hash); an error is located at
+        ``web.basic_auth_users.USER`` and never echoes the value (it may be a plain password)."""
+        errors: list[InitErrorDetails] = []
         for user, hashed in v.items():
             if not user or ":" in user:
-                raise ValueError(f"user name {user!r} must be non-empty and contain no ':'")
-            if not _BCRYPT.match(hashed):
-                raise ValueError(f"password of {user!r} must be a bcrypt hash ($2b$...), not plain text")
+                msg = f"user name {user!r} must be non-empty and contain no ':'"
+            else:
+                try:
+                    check_password_hash(hashed)
+                    continue
+                except ValueError as e:
+                    msg = f"password hash {e}"
+            errors.append(InitErrorDetails(type=PydanticCustomError("password_hash", msg), loc=(user,), input={}))
+        if errors:
+            raise ValidationError.from_exception_data("basic_auth_users", errors)
         return v
 
     @model_validator(mode="after")
