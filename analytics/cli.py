@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import time
 from collections.abc import Mapping
@@ -21,10 +22,12 @@ from analytics.config import FullSettings, overrides_from
 from analytics.pipeline import describe, make_report, make_source, out_dir
 from analytics.sources import SourceUnavailable
 from analytics.week_data import Window, iso_week, last_full_week
+from daemonkit.argcheck import writable_dir
 from daemonkit.settings import ConfigError, load_settings
 from daemonkit.signals import wait_for_signal
 
 log = logging.getLogger("gpuledger.analytics")
+MIN_DAYS, MAX_DAYS = 1 / 1440, 3660.0  # --days: one minute to ten years
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -83,7 +86,11 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 def _window(args: argparse.Namespace, s: FullSettings) -> Window:
     tz = s.analytics.timezone
-    if args.days:
+    if args.days is not None:
+        if not (math.isfinite(args.days) and MIN_DAYS <= args.days <= MAX_DAYS):
+            raise ConfigError(f"--days: must be from {MIN_DAYS:.6f} (one minute) to {MAX_DAYS:g}, not {args.days:g}")
+        if args.week:
+            raise ConfigError("--days and --week: give one of them")
         end = time.time() // 60 * 60
         return Window(end - args.days * 86400, end, f"last-{args.days:g}d", tz)
     if args.week:
@@ -99,6 +106,7 @@ def run_report(args: argparse.Namespace) -> int:
         s = settings_from(args)
         _logging(s.log_level)
         window = _window(args, s)
+        folder = writable_dir(out_dir(s), "--out" if args.out else "analytics.reports_dir")
         source = make_source(s)
         r = make_report(source, window, s)
     except ConfigError as e:
@@ -111,7 +119,11 @@ def run_report(args: argparse.Namespace) -> int:
         # only what happened: a window without data is an error, never a report of zeros
         print(f"gpuledger report: no data in {window.label} from {describe(source, s)}", file=sys.stderr)
         return 1
-    files = rpt.write(r, s.analytics.formats, out_dir(s))
+    try:
+        files = rpt.write(r, s.analytics.formats, folder)
+    except OSError as e:
+        print(f"gpuledger report: cannot write the report in {folder}: {e.strerror or e}", file=sys.stderr)
+        return 1
     f = r.fleet
     useful = f"{f.cost_per_useful_gpu_hour:,.2f}" if f.cost_per_useful_gpu_hour is not None else "—"
     print(
@@ -135,8 +147,9 @@ def add_analytics_arguments(p: argparse.ArgumentParser) -> None:
     _common(p)
 
 
-def start_error(command: str, e: Exception) -> int:
-    """The exit code and message for a daemon that cannot start: 2 for configuration, 1 else."""
+def start_error(command: str, e: Exception, address: str | None = None) -> int:
+    """The exit code and message for a daemon that cannot start: 2 for configuration, 1 else
+    (``address``: the one it was binding, named in "cannot listen")."""
     if isinstance(e, ConfigError):
         print(f"gpuledger {command}: {e}", file=sys.stderr)
         return 2
@@ -144,7 +157,8 @@ def start_error(command: str, e: Exception) -> int:
         print(f"gpuledger {command}: source unavailable: {e}", file=sys.stderr)
         return 1
     if isinstance(e, OSError):
-        print(f"gpuledger {command}: cannot listen: {e.strerror or e}", file=sys.stderr)
+        where = f" on {address}" if address else ""
+        print(f"gpuledger {command}: cannot listen{where}: {e.strerror or e}", file=sys.stderr)
         return 1
     raise e
 
@@ -155,12 +169,14 @@ STARTUP_ERRORS = (ConfigError, SourceUnavailable, OSError)
 def run_analytics(args: argparse.Namespace) -> int:
     from analytics.daemon import Analytics
 
+    s: FullSettings | None = None
     try:
         s = settings_from(args)
         _logging(s.log_level)
+        writable_dir(out_dir(s), "--reports-dir" if args.reports_dir else "analytics.reports_dir")
         a = Analytics(s)
     except STARTUP_ERRORS as e:
-        return start_error("analytics", e)
+        return start_error("analytics", e, s.analytics.listen if s is not None else None)
     a.start()
     wait_for_signal()
     a.stop()

@@ -45,6 +45,12 @@ class PrometheusSettings(_Section):
         180.0, gt=0, description="a report's queries, all together, end by then (each query's timeout is capped)"
     )
     concurrency: int = Field(4, ge=1, le=32, description="queries in flight at once")
+    max_response_bytes: int = Field(
+        256 * 2**20,
+        ge=2**16,
+        description="bytes of answers (decoded) read at once, all queries in flight together: a query whose answer "
+        "goes past it fails, before it is all read",
+    )
     naming: Literal["gpuledger", "dcgm"] = Field("gpuledger", description="which exporter's series to read")
     dcgm_scrape_interval: float = Field(15.0, gt=0, description="dcgm naming: seconds between scrapes")
     dcgm_host_labels: list[str] = Field(
@@ -81,6 +87,13 @@ class PrometheusSettings(_Section):
     def _url(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
+        parts = urlsplit(v)
+        if not parts.hostname or any(c.isspace() or not c.isprintable() for c in v):
+            raise ValueError("not a URL: no host, or spaces or control characters in it")
+        try:
+            parts.port  # noqa: B018 (a port out of range raises)
+        except ValueError as e:
+            raise ValueError(f"bad port: {e}") from None
         return v.rstrip("/")
 
     @model_validator(mode="after")

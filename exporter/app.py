@@ -137,7 +137,8 @@ class Exporter:
             tls_key_file=str(s.web.tls_key_file) if s.web.tls_key_file else None,
             basic_auth_users=s.web.basic_auth_users,
         )
-        site = ExporterSite(lambda: self.sampler.snapshot, self.exposition, s.exporter.stale_after)
+        stale = s.exporter.stale_after
+        site = ExporterSite(lambda: self.sampler.snapshot, self.exposition, stale, self.sampler.failure)
         try:
             self.server = MetricsServer(web, site)
         except ssl.SSLError as e:

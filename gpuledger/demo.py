@@ -21,6 +21,8 @@ from pathlib import Path
 from analytics import synthetic
 from analytics.cli import STARTUP_ERRORS, full_settings, start_error
 from analytics.week_data import Window, last_full_week
+from daemonkit.argcheck import distinct_listen, writable_dir
+from daemonkit.settings import ConfigError
 from daemonkit.signals import wait_for_signal
 
 WEEK = 7 * 86400
@@ -51,8 +53,12 @@ def run(args: argparse.Namespace) -> int:
         print("gpuledger demo: --hosts must be 1..64 and --gpus-per-host 1..16", file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="gpuledger-demo-"))
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder = writable_dir(Path(args.dir), "--dir") if args.dir else Path(tempfile.mkdtemp(prefix="gpuledger-demo-"))
+        distinct_listen(args.listen, "--listen", args.analytics_listen, "--analytics-listen")
+    except ConfigError as e:
+        print(f"gpuledger demo: {e}", file=sys.stderr)
+        return 2
     history = folder / "history.db"
     extra = {
         "analytics": {
@@ -85,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         a = Analytics(s)
     except STARTUP_ERRORS as e:
-        return start_error("demo", e)
+        return start_error("demo", e, s.analytics.listen)
     files = a.weekly(last)
     r = a.reports().get("week")
     if r is None:
@@ -108,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         exporter = Exporter(s)
     except STARTUP_ERRORS as e:
         a.server.server_close()
-        return start_error("demo", e)
+        return start_error("demo", e, s.web.listen)
     exporter.start()
     a.start(catch_up=False)
     _step(

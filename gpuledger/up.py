@@ -8,6 +8,7 @@ import argparse
 
 from analytics.cli import STARTUP_ERRORS, full_settings, start_error
 from analytics.config import FullSettings
+from daemonkit.argcheck import distinct_listen
 from daemonkit.settings import ConfigError
 from daemonkit.signals import wait_for_signal
 from exporter import cli as exporter_cli
@@ -46,20 +47,24 @@ def run(args: argparse.Namespace) -> int:
 
     analytics = {"listen": args.analytics_listen, "reports_dir": args.reports_dir, "timezone": args.timezone}
     extra = {**exporter_cli.overrides(args), "analytics": {k: v for k, v in analytics.items() if v is not None}}
+    address: str | None = None  # the one being bound, named in "cannot listen"
     try:
         s = full_settings(args.config, extra)
+        distinct_listen(s.web.listen, "--listen", s.analytics.listen, "--analytics-listen")
         setup_logging(s.log_level)
         reader = build_reader(s)
         s = prepare(s, reader)
+        address = s.web.listen
         exporter = Exporter(s, reader)
         exporter.start()  # first: it creates the history file the analytics open
+        address = s.analytics.listen
         try:
             a = Analytics(s)
         except BaseException:
             exporter.stop()
             raise
     except STARTUP_ERRORS as e:
-        return start_error("up", e)
+        return start_error("up", e, address)
     a.start()
     print(f"gpuledger up: exporter {exporter.url}/metrics, analytics {a.url}/metrics, history {s.history.path}")
     wait_for_signal()

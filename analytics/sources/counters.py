@@ -20,15 +20,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from analytics.sources.promapi import PromAPI, Series, rng
+from analytics.sources.promapi import PromAPI, Series, label_value, rng
 from analytics.week_data import Day, Window, days
 
 MANY = 64  # more GPUs than this to redo in a day: select them all rather than by a long regex
 
 
 def _any_of(values: set[str]) -> str:
-    """A PromQL regex matching exactly these label values (escaped for RE2 inside a string)."""
-    return "|".join(re.escape(v).replace("\\", "\\\\").replace('"', '\\"') for v in sorted(values))
+    """A PromQL regex matching exactly these label values (escaped for RE2, then for a PromQL string:
+    a value may hold a quote, a backslash or a newline)."""
+    return "|".join(label_value(re.escape(v)) for v in sorted(values))
 
 
 def _only(uuids: set[str]) -> str:

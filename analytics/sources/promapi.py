@@ -3,27 +3,46 @@ the part that Thanos, VictoriaMetrics and Mimir serve too: auth, TLS, timeouts, 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import ssl
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from analytics.config import PrometheusSettings
 from analytics.sources.base import SourceUnavailable
+from daemonkit.settings import ConfigError
 
 log = logging.getLogger(__name__)
 
 RETRYABLE = {429, 500, 502, 503, 504}
 MAX_GET = 4000  # characters of query parameters sent in a URL; longer ones are POSTed
 DOWN_HOLD = 60.0  # seconds a server given up on stays so outside report() (inside, until the next)
+
+
+def redact(url: str) -> str:
+    """``url`` without any ``user:password@`` (for logs and errors)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<an invalid URL>"
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
+
+
+def label_value(v: str) -> str:
+    """``v`` escaped for a PromQL double-quoted string (backslash, quote, newline, CR, tab)."""
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
 def rng(seconds: float) -> str:
@@ -57,13 +76,23 @@ class PromAPI:
         headers = {"User-Agent": "gpuledger-analytics"}
         token = s.bearer_token.get_secret_value() if s.bearer_token else None
         if s.bearer_token_file is not None:
-            token = s.bearer_token_file.read_text().strip()
+            try:
+                token = s.bearer_token_file.read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as e:
+                why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+                raise ConfigError(f"prometheus.bearer_token_file: cannot read {s.bearer_token_file}: {why}") from None
         if token:
             headers["Authorization"] = f"Bearer {token}"
         auth = None
         if s.username is not None and s.password is not None:
             auth = httpx.BasicAuth(s.username, s.password.get_secret_value())
-        verify: bool | ssl.SSLContext = ssl.create_default_context(cafile=str(s.ca_file)) if s.ca_file else s.verify_tls
+        verify: bool | ssl.SSLContext = s.verify_tls
+        if s.ca_file:
+            try:
+                verify = ssl.create_default_context(cafile=str(s.ca_file))
+            except (OSError, ssl.SSLError) as e:
+                why = f"not a PEM CA bundle ({e.reason or e})" if isinstance(e, ssl.SSLError) else e.strerror or str(e)
+                raise ConfigError(f"prometheus.ca_file: cannot load {s.ca_file}: {why}") from None
         self.http = httpx.Client(
             base_url=s.url, headers=headers, auth=auth, verify=verify, timeout=s.timeout, transport=transport
         )
@@ -74,34 +103,52 @@ class PromAPI:
         self._down: tuple[float, SourceUnavailable] | None = None  # when, and why, the server was given up on
         self._deadline: float | None = None  # monotonic; inside report()
         self._retry_at = 0.0  # monotonic: the end of the backoff after the last failed attempt
+        self._reading = 0  # bytes of the answers being read now, all queries together
 
     def close(self) -> None:
         self.http.close()
 
     def query(self, expr: str, at: float) -> list[Series]:
-        data = self._get("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
-        out = []
-        for r in data.get("result", []):
-            if data.get("resultType") == "vector":
-                out.append(Series(r["metric"], float(r["value"][1])))
-        return out
+        path = "/api/v1/query"
+        data = self._get(path, {"query": expr, "time": f"{at:.3f}"})
+        shape = _Shape(self.s.url + path)
+        return [
+            Series(shape.metric(r, i), shape.point(r.get("value"), f"result[{i}].value")[1])
+            for i, r in shape.result(data, "vector")
+        ]
 
     def query_many(self, queries: Sequence[tuple[str, float]]) -> list[list[Series]]:
         """Instant queries, ``concurrency`` in flight (Prometheus evaluates each on one core);
-        results in order. The first failure is raised once the others have finished."""
+        results in order. The first failure is raised once those in flight have finished; the
+        queries not yet sent are not sent."""
         if self.s.concurrency <= 1 or len(queries) <= 1:
             return [self.query(expr, at) for expr, at in queries]
         with ThreadPoolExecutor(max_workers=self.s.concurrency, thread_name_prefix="gpuledger-promql") as pool:
             futures = [pool.submit(self.query, expr, at) for expr, at in queries]
+
+            def stop_on_failure(done: Future[list[Series]]) -> None:
+                if not done.cancelled() and done.exception() is not None:
+                    pool.shutdown(wait=False, cancel_futures=True)  # the queries queued behind it
+
+            for f in futures:
+                f.add_done_callback(stop_on_failure)
             return [f.result() for f in futures]
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[RangeSeries]:
         data = self._get(
             "/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
         )
+        shape = _Shape(self.s.url + "/api/v1/query_range")
         out = []
-        for r in data.get("result", []):
-            out.append(RangeSeries(r["metric"], [(float(t), float(v)) for t, v in r["values"]]))
+        for i, r in shape.result(data, "matrix"):
+            values = r.get("values")
+            if not isinstance(values, list):
+                shape.wrong(f"result[{i}].values is not a list")
+            out.append(
+                RangeSeries(
+                    shape.metric(r, i), [shape.point(p, f"result[{i}].values[{j}]") for j, p in enumerate(values)]
+                )
+            )
         return out
 
     @contextmanager
@@ -140,22 +187,56 @@ class PromAPI:
                 # Prometheus-compatible server takes; short ones as GET, which caches can keep
                 long = sum(len(v) for v in params.values()) > MAX_GET
                 if long:
-                    r = self.http.post(path, data=params, timeout=timeout)
+                    req = self.http.build_request("POST", path, data=params, timeout=timeout)
                 else:
-                    r = self.http.get(path, params=params, timeout=timeout)
+                    req = self.http.build_request("GET", path, params=params, timeout=timeout)
+                status, body, kind = self._send(req)
             except httpx.InvalidURL as e:
-                raise QueryError(f"cannot send the query: {e}") from None
+                raise QueryError(f"cannot send the query: {redact(str(e))}") from None
             except httpx.HTTPError as e:
-                problem = f"{type(e).__name__}: {e}"
+                problem = f"{type(e).__name__}: {redact(str(e))}"
                 timed_out = capped and isinstance(e, httpx.TimeoutException)
             else:
-                if r.status_code not in RETRYABLE:
+                if status not in RETRYABLE:
                     with self._state:
                         self._fails = 0
-                    return _data(r)
-                problem, timed_out = f"HTTP {r.status_code}", False
+                    return _data(redact(self.s.url) + path, status, body, kind)
+                problem, timed_out = f"HTTP {status}", False
             tries += 1
             time.sleep(self._failed(sent_in, tries, attempts, problem, timed_out))
+
+    def _send(self, req: httpx.Request) -> tuple[int, bytes, str]:
+        """Send, and read the answer (decoded) while the answers being read at once, together,
+        stay within ``max_response_bytes``: status, body, content type."""
+        limit = self.s.max_response_bytes
+        r = self.http.send(req, stream=True)
+        size = 0
+        try:
+            if r.status_code in RETRYABLE:
+                return r.status_code, b"", ""
+            declared = r.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit and "content-encoding" not in r.headers:
+                self._too_big(req, f"{int(declared):,} bytes declared")
+            chunks = []
+            for chunk in r.iter_bytes():
+                size += len(chunk)
+                with self._state:
+                    self._reading += len(chunk)
+                    over = self._reading > limit
+                if over:
+                    self._too_big(req, f"more than {limit:,} bytes" + (" with the others" if size <= limit else ""))
+                chunks.append(chunk)
+            return r.status_code, b"".join(chunks), r.headers.get("content-type", "")
+        finally:
+            with self._state:
+                self._reading -= size
+            r.close()
+
+    def _too_big(self, req: httpx.Request, size: str) -> NoReturn:
+        raise QueryError(
+            f"the answer from {redact(self.s.url)}{req.url.path} is too large ({size} read at once; the limit "
+            f"is prometheus.max_response_bytes = {self.s.max_response_bytes:,}): narrow the query or raise the limit"
+        )
 
     def _check(self) -> None:
         """Raise if the server was given up on or the deadline passed (``_state`` held)."""
@@ -205,12 +286,77 @@ def _again(e: SourceUnavailable) -> SourceUnavailable:
     return type(e)(str(e))
 
 
-def _data(r: httpx.Response) -> dict[str, Any]:
+def _data(url: str, status: int, body: bytes, kind: str) -> dict[str, Any]:
+    """The ``data`` of an API answer, or one ``QueryError`` saying what was wrong with it."""
     try:
-        body = r.json()
-    except ValueError:
-        raise QueryError(f"HTTP {r.status_code}: not JSON: {r.text[:200]}") from None
-    if r.status_code != 200 or body.get("status") != "success":
-        raise QueryError(f"{body.get('errorType', r.status_code)}: {body.get('error', r.text[:200])}")
-    result: dict[str, Any] = body["data"]
-    return result
+        answer = json.loads(body)
+    except (ValueError, RecursionError):
+        what = kind.split(";")[0] or "no content type"
+        raise QueryError(f"HTTP {status} from {url}: not JSON ({what}: {_excerpt(body)})") from None
+    if not isinstance(answer, dict):
+        raise QueryError(f"HTTP {status} from {url}: not an API answer (a JSON {type(answer).__name__}, not an object)")
+    if status != 200 or answer.get("status") != "success":
+        error = answer.get("error")
+        if not isinstance(error, str):
+            got = _excerpt(json.dumps(answer.get("status")).encode())
+            raise QueryError(f"HTTP {status} from {url}: status {got}, and no error message")
+        etype = answer.get("errorType")
+        raise QueryError(f"{etype if isinstance(etype, str) else f'HTTP {status}'}: {error[:500]}")
+    data = answer.get("data")
+    if not isinstance(data, dict):
+        raise QueryError(f"unexpected answer from {url}: 'data' is {_what(data)}, not an object")
+    return data
+
+
+def _excerpt(body: bytes, n: int = 80) -> str:
+    """The start of a body, printable and short."""
+    text = body[:n].decode("utf-8", "replace")
+    text = "".join(c if c.isprintable() else " " for c in text).strip()
+    return repr(text + ("..." if len(body) > n else ""))
+
+
+def _what(v: object) -> str:
+    return "missing" if v is None else f"a {type(v).__name__}"
+
+
+class _Shape:
+    """Checks the parts of ``data`` a query reads; each failure is one ``QueryError`` naming the URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = redact(url)
+
+    def wrong(self, what: str) -> NoReturn:
+        raise QueryError(f"unexpected answer from {self.url}: {what}")
+
+    def result(self, data: dict[str, Any], kind: str) -> list[tuple[int, dict[str, Any]]]:
+        got = data.get("resultType")
+        if got != kind:
+            self.wrong(f"resultType is {got!r:.40}, expected {kind!r}")
+        result = data.get("result")
+        if not isinstance(result, list):
+            self.wrong(f"result is {_what(result)}, not a list")
+        for i, r in enumerate(result):
+            if not isinstance(r, dict):
+                self.wrong(f"result[{i}] is {_what(r)}, not an object")
+        return list(enumerate(result))
+
+    def metric(self, r: dict[str, Any], i: int) -> dict[str, str]:
+        m = r.get("metric")
+        if not isinstance(m, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in m.items()):
+            self.wrong(f"result[{i}].metric is {_what(m)}, not an object of label names and values")
+        return m
+
+    def point(self, p: object, where: str) -> tuple[float, float]:
+        if not isinstance(p, list) or len(p) != 2:
+            self.wrong(f"{where} is {_what(p)}, not [time, value]")
+        t, v = p
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+            self.wrong(f"{where}: time {t!r:.40} is not a number")
+        number = isinstance(v, int | float) and not isinstance(v, bool)
+        try:
+            value = float(v) if isinstance(v, str) or number else math.nan  # the API sends strings
+        except ValueError:
+            value = math.nan
+        if math.isnan(value) and not number and not (isinstance(v, str) and v.strip().lower() == "nan"):
+            self.wrong(f"{where}: value {v!r:.40} is not a number")
+        return float(t), value

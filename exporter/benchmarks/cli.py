@@ -7,8 +7,11 @@ import dataclasses
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
+from daemonkit.argcheck import writable_file
+from daemonkit.settings import ConfigError
 from exporter.benchmarks import report
 from exporter.benchmarks.plan import BENCHES, Backend, Plan, default_plan
 from exporter.benchmarks.results import plain
@@ -95,8 +98,10 @@ class Progress:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        if args.json:  # checked before the run, not found out after it
+            writable_file(Path(args.json), "--json")
         plan, rdzv = build_plan(args, local_gpus())
-    except UsageError as e:
+    except (UsageError, ConfigError) as e:
         print(f"gpuledger bench: {e}", file=sys.stderr)
         return 2
     where = f"{plan.world_size} ranks" + (f" on {rdzv.nnodes} nodes" if rdzv else "")
@@ -112,8 +117,12 @@ def run(args: argparse.Namespace) -> int:
     print(report.round_tables(outcome.result, outcome.status))
     print(f"# took {outcome.duration:.1f} s")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(outcome_dict(outcome), f, indent=1)
+        try:
+            with open(args.json, "w") as f:
+                json.dump(outcome_dict(outcome), f, indent=1)
+        except OSError as e:
+            print(f"gpuledger bench: --json: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
+            return 1
     if not outcome.ok and outcome.stderr_tail:
         print(outcome.stderr_tail, file=sys.stderr)
     return 0 if outcome.ok else 1

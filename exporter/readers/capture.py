@@ -8,17 +8,29 @@ record ``r`` covers ``(t[r-1], t[r]]``; gauges (power, clocks) hold from a recor
 from __future__ import annotations
 
 import bisect
+import codecs
+import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from daemonkit.settings import ConfigError
+from exporter.readers import capture_schema as schema
 
 BUNDLED = "h200-phases.jsonl"
+MAX_LINE = 4 * 2**20  # bytes in one line (the bundled capture's longest: 2 kB)
+MAX_RECORDS = 1_000_000  # samples in one capture: 11 days at one a second
+M = TypeVar("M", bound=BaseModel)
 
 
-class CaptureError(ValueError):
-    """The capture file cannot be used; the message names the file and line."""
+class CaptureError(ConfigError, ValueError):
+    """The capture file cannot be used; the message names the file and line. A ``ConfigError``:
+    the commands that load one exit 2 with this one line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,26 +107,57 @@ def bundled_path() -> Path:
 
 
 def load(path: str | Path) -> Capture:
+    """Read and check a whole capture; any problem raises one ``CaptureError`` naming ``file:line``."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        with path.open("rb") as f:
+            return _load(path, _lines(path, f))
     except OSError as e:
-        raise CaptureError(f"{path}: cannot read capture: {e.strerror}") from e
-    if not lines:
+        raise CaptureError(f"{path}: cannot read capture: {e.strerror or e}") from e
+
+
+def _lines(path: Path, f: BinaryIO) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, whether it ended with a newline): UTF-8 text lines of bounded length."""
+    for n in itertools.count(1):
+        raw = f.readline(MAX_LINE + 1)
+        if not raw:
+            return
+        if n == 1 and raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            raise CaptureError(f"{path}:1: UTF-16 text; a capture is UTF-8 JSON lines")
+        if n == 1:
+            raw = raw.removeprefix(codecs.BOM_UTF8)
+        if len(raw) > MAX_LINE:
+            raise CaptureError(f"{path}:{n}: line longer than {MAX_LINE // 2**20} MiB")
+        if b"\0" in raw:
+            raise CaptureError(f"{path}:{n}: binary data (a NUL byte), not a JSON line")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad = f"byte 0x{raw[e.start]:02x} at column {e.start + 1}"
+            raise CaptureError(f"{path}:{n}: not UTF-8 text ({bad})") from None
+        yield n, text, text.endswith("\n")
+
+
+def _load(path: Path, lines: Iterator[tuple[int, str, bool]]) -> Capture:
+    first = next(lines, None)
+    if first is None or not first[1].strip():
         raise CaptureError(f"{path}: empty capture")
-    static = _static(path, lines[0])
+    static = _static(path, first[1], first[2])
     records: list[Record] = []
     samples: list[tuple[float, float]] = []
-    for n, line in enumerate(lines[1:], start=2):
+    for n, line, whole in lines:
         if not line.strip():
             continue
-        raw = _json(path, n, line)
-        rec = _record(path, n, raw)
+        if len(records) >= MAX_RECORDS:
+            raise CaptureError(f"{path}:{n}: more than {MAX_RECORDS:,} samples")
+        raw = _check(path, n, schema.RecordLine, _json(path, n, line, whole))
+        rec = _record(raw)
         if records and rec.t <= records[-1].t:
-            raise CaptureError(f"{path}:{n}: sample time {rec.t} is not after the previous one")
+            raise CaptureError(f"{path}:{n}: sample time {rec.t} is not after the previous one ({records[-1].t})")
+        if records and rec.energy_joules < records[-1].energy_joules:
+            raise CaptureError(f"{path}:{n}: energy_mJ {raw.energy_mJ:g} is below the previous sample's")
         records.append(rec)
-        for ts_us, pct in raw.get("util_samples") or []:
-            samples.append((ts_us / 1e6, float(pct) / 100.0))
+        samples.extend((ts_us / 1e6, pct / 100.0) for ts_us, pct in raw.util_samples)
     if len(records) < 2:
         raise CaptureError(f"{path}: a capture needs at least two samples")
     t0, t1 = records[0].t, records[-1].t
@@ -124,67 +167,77 @@ def load(path: str | Path) -> Capture:
     return Capture(str(path), static, tuple(records), tuple(kept), offsets, sample_offsets)
 
 
-def _json(path: Path, n: int, line: str) -> dict[str, Any]:
+def _json(path: Path, n: int, line: str, whole: bool) -> dict[str, Any]:
     try:
         raw = json.loads(line)
     except json.JSONDecodeError as e:
-        raise CaptureError(f"{path}:{n}: not JSON: {e.msg}") from e
+        cut = "" if whole else " (the file ends mid-line: truncated?)"
+        raise CaptureError(f"{path}:{n}: not JSON: {e.msg} (column {e.colno}){cut}") from None
+    except RecursionError:
+        raise CaptureError(f"{path}:{n}: not a capture line: JSON nested too deeply") from None
+    except ValueError as e:  # an integer of more than 4,300 digits
+        raise CaptureError(f"{path}:{n}: not JSON: {str(e).partition(':')[0][:120]}") from None
     if not isinstance(raw, dict):
         raise CaptureError(f"{path}:{n}: expected a JSON object")
     return raw
 
 
-def _static(path: Path, line: str) -> CaptureStatic:
-    raw = _json(path, 1, line).get("static")
+def _check(path: Path, n: int, model: type[M], raw: object) -> M:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        what = "bad static field" if model is schema.StaticLine else "bad or missing field"
+        more = f"; {e.error_count() - 1} more" if e.error_count() > 1 else ""
+        if not err["loc"]:  # a check of the whole line: its message says what
+            raise CaptureError(f"{path}:{n}: {what} {err['msg'].removeprefix('Value error, ')}{more}") from None
+        where = ".".join(str(x) for x in err["loc"])
+        got = "" if err["type"] == "missing" else f" (got {_short(err.get('input'))})"
+        raise CaptureError(f"{path}:{n}: {what} {where}: {err['msg']}{got}{more}") from None
+
+
+def _short(v: object) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _static(path: Path, line: str, whole: bool) -> CaptureStatic:
+    raw = _json(path, 1, line, whole).get("static")
     if not isinstance(raw, dict):
         raise CaptureError(f'{path}:1: the first line must be {{"static": {{...}}}}')
-    try:
-        return CaptureStatic(
-            name=str(raw["name"]),
-            uuid=str(raw["uuid"]),
-            driver=str(raw.get("driver", "")),
-            nvml=str(raw.get("nvml", "")),
-            memory_total_bytes=int(raw["memory_total_bytes"]),
-            power_limit_watts=float(raw["power_limit_mW"]) / 1000.0,
-            pci_bus_id=str(raw.get("pci_bus_id", "00000000:00:00.0")),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise CaptureError(f"{path}:1: bad static field: {e}") from e
+    st = _check(path, 1, schema.StaticLine, raw)
+    return CaptureStatic(
+        name=st.name,
+        uuid=st.uuid,
+        driver=st.driver,
+        nvml=st.nvml,
+        memory_total_bytes=st.memory_total_bytes,
+        power_limit_watts=st.power_limit_mW / 1000.0,
+        pci_bus_id=st.pci_bus_id,
+    )
 
 
-def _record(path: Path, n: int, raw: dict[str, Any]) -> Record:
-    try:
-        gpm_raw = raw.get("gpm")
-        gpm = (
-            Gpm(
-                sm=float(gpm_raw["sm_util"]) / 100.0,
-                tensor=float(gpm_raw["tensor_util"]) / 100.0,
-                dram=float(gpm_raw["dram_bw_util"]) / 100.0,
-                sm_occupancy=float(gpm_raw["sm_occupancy"]) / 100.0,
-            )
-            if isinstance(gpm_raw, dict)
-            else None
-        )
-        ecc = raw.get("ecc_uncorrected_volatile")
-        pu = raw.get("proc_util")
-        process_util = (
-            tuple((int(p[0]), float(p[1]) / 100, float(p[2]) / 100) for p in pu) if isinstance(pu, list) else ()
-        )
-        return Record(
-            t=float(raw["t"]),
-            power_watts=float(raw["power_mW"]) / 1000.0,
-            energy_joules=float(raw["energy_mJ"]) / 1000.0,
-            util_gpu=float(raw["util_gpu_pct"]) / 100.0,
-            util_memory=float(raw["util_mem_pct"]) / 100.0,
-            memory_used_bytes=int(raw["mem_used_bytes"]),
-            temperature_celsius=float(raw["temp_C"]),
-            sm_clock_hertz=float(raw["sm_clock_MHz"]) * 1e6,
-            memory_clock_hertz=float(raw["mem_clock_MHz"]) * 1e6,
-            clock_event_reasons=int(raw.get("clock_event_reasons", 0)),
-            processes=tuple((int(p), int(b)) for p, b in raw.get("procs") or []),
-            process_util=process_util,
-            gpm=gpm,
-            ecc_uncorrected=None if ecc is None else int(ecc),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise CaptureError(f"{path}:{n}: bad or missing field: {e}") from e
+def _record(raw: schema.RecordLine) -> Record:
+    g = raw.gpm
+    gpm = (
+        Gpm(g.sm_util / 100, g.tensor_util / 100, g.dram_bw_util / 100, g.sm_occupancy / 100)
+        if isinstance(g, schema.GpmLine)
+        else None
+    )
+    pu = raw.proc_util
+    return Record(
+        t=raw.t,
+        power_watts=raw.power_mW / 1000.0,
+        energy_joules=raw.energy_mJ / 1000.0,
+        util_gpu=raw.util_gpu_pct / 100.0,
+        util_memory=raw.util_mem_pct / 100.0,
+        memory_used_bytes=raw.mem_used_bytes,
+        temperature_celsius=raw.temp_C,
+        sm_clock_hertz=raw.sm_clock_MHz * 1e6,
+        memory_clock_hertz=raw.mem_clock_MHz * 1e6,
+        clock_event_reasons=raw.clock_event_reasons,
+        processes=tuple(raw.procs),
+        process_util=tuple((int(p[0]), p[1] / 100, p[2] / 100) for p in pu) if isinstance(pu, list) else (),
+        gpm=gpm,
+        ecc_uncorrected=raw.ecc_uncorrected_volatile,
+    )

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 MinuteSink = Callable[[list[MinuteRow | JobMinuteRow]], None]
 R = TypeVar("R")
+FAILING_AFTER = 3  # consecutive failed rounds: the sampler is failing (/healthz answers 503)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,8 @@ class Sampler:
         self._snapshot = EMPTY
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._failed_rounds = 0  # consecutive fast-lane rounds that raised (on any GPU)
+        self._failure = ""  # the latest round's error
 
     # --- public -------------------------------------------------------------------------
 
@@ -83,6 +86,12 @@ class Sampler:
     @property
     def nvml_up(self) -> bool:
         return self._nvml_up
+
+    def failure(self) -> str | None:
+        """Why the sampler is failing (its last ``FAILING_AFTER`` rounds raised), else None."""
+        if self._failed_rounds < FAILING_AFTER:
+            return None
+        return f"the last {self._failed_rounds} sampling rounds failed: {self._failure}"
 
     def start(self) -> None:
         self._stop.clear()
@@ -111,10 +120,28 @@ class Sampler:
         """One fast-lane round over all GPUs, then publish a snapshot. Never raises."""
         started = time.perf_counter()
         try:
-            self._tick()
-        except Exception:
-            log.exception("sampler tick failed; carrying on")
+            failure = self._tick()
+        except Exception as e:
+            failure = _describe(e)
+            self._log_failure("sampler tick failed; carrying on")
+        self._note(failure)
         self._publish(time.perf_counter() - started)
+
+    def _note(self, failure: str | None) -> None:
+        """Count a round's outcome: a streak of failures, logged once, and its end."""
+        if failure is None:
+            if self._failed_rounds:
+                log.warning("sampler recovered after %d failed round(s)", self._failed_rounds)
+            self._failed_rounds = 0
+            return
+        self._failed_rounds += 1
+        self._failure = failure
+        if self._failed_rounds == FAILING_AFTER:
+            log.error("sampler failing (%s): /healthz answers 503 until a round succeeds", failure)
+
+    def _log_failure(self, message: str, *args: object) -> None:
+        """The first failure of a streak with its traceback; the rest at debug (not twice a second)."""
+        log.log(logging.DEBUG if self._failed_rounds else logging.ERROR, message, *args, exc_info=True)
 
     def slow_tick(self) -> None:
         """One slow-lane round over all GPUs. Never raises."""
@@ -129,9 +156,10 @@ class Sampler:
 
     # --- fast lane ----------------------------------------------------------------------
 
-    def _tick(self) -> None:
+    def _tick(self) -> str | None:
+        """One round; the first error a GPU's reading raised (it spared the others), or None."""
         if not self._nvml_up and not self._try_open():
-            return
+            return None
         self._roll_minute()
         max_gap = self.opt.gap_factor * self.opt.interval * self.reader.time_scale
 
@@ -156,9 +184,10 @@ class Sampler:
                 g.last_active_at = now
 
         gpus = [g for g in list(self._gpus) if not g.lost or self._try_recover(g)]
-        self._each(gpus, read, fold)
+        failure = self._each(gpus, read, fold)
         if self.attribution is not None:
             self.attribution.procs.forget_except({p.pid for g in gpus for p in g.procs_seen})
+        return failure
 
     def _fold_jobs(
         self, g: TrackedGpu, r: fastlane.FastReading, owners: dict[int, Owner | None], dt: float | None, now: float
@@ -181,24 +210,26 @@ class Sampler:
 
     def _each(
         self, gpus: list[TrackedGpu], read: Callable[[TrackedGpu], R], fold: Callable[[TrackedGpu, R], None]
-    ) -> None:
+    ) -> str | None:
         """Read each GPU outside the lock, fold the reading in under it. A lost GPU goes down
-        alone; an unavailable reader ends the round; a bug on one GPU spares the others."""
+        alone; an unavailable reader ends the round; a bug on one GPU spares the others (the
+        first such error is returned)."""
+        failure: str | None = None
         for g in gpus:
             try:
                 r = read(g)
+                with self._lock:
+                    fold(g, r)
             except GpuLost as e:
                 with self._lock:
                     self._mark_lost(g, e)
-                continue
             except ReaderUnavailable as e:
                 self._reader_down(e)
-                return
-            except Exception:
-                log.exception("sampler tick failed on gpu %d; carrying on", g.info.index)
-                continue
-            with self._lock:
-                fold(g, r)
+                return failure
+            except Exception as e:
+                failure = failure or f"gpu {g.info.index}: {_describe(e)}"
+                self._log_failure("sampler tick failed on gpu %d; carrying on", g.info.index)
+        return failure
 
     def idle_status(self, window: float) -> tuple[bool, str]:
         """Whether every GPU has been watched, idle (no process, utilisation under the gate's
@@ -375,3 +406,8 @@ class Sampler:
     def _record_xids(self, events: list[XidEvent]) -> None:
         with self._lock:
             count_xids(self._gpus, events)
+
+
+def _describe(e: Exception) -> str:
+    text = str(e)
+    return f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__

@@ -21,23 +21,30 @@ GIB = 2**30
 class ExporterSite:
     """The exporter's pages, all read from the latest snapshot."""
 
-    def __init__(self, snapshot: Callable[[], Snapshot], exposition: RenderCache, stale_after: float = 10.0) -> None:
+    def __init__(
+        self,
+        snapshot: Callable[[], Snapshot],
+        exposition: RenderCache,
+        stale_after: float = 10.0,
+        failure: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self.snapshot = snapshot
         self.exposition = exposition
         self.stale_after = stale_after
+        self.failure = failure  # why the sampler keeps failing, or None
 
     def render(self, accept: str | None, gzip_ok: bool) -> tuple[bytes, str]:
         return self.exposition.render(accept, gzip_ok)
 
     def health(self) -> tuple[bool, dict[str, object]]:
-        return _health(self.snapshot(), self.stale_after)
+        return _health(self.snapshot(), self.stale_after, self.failure())
 
     def page(self, path: str) -> tuple[bytes, str] | None:
         return None
 
     def landing(self) -> str:
         s = self.snapshot()
-        ok, health = _health(s, self.stale_after)
+        ok, health = _health(s, self.stale_after, self.failure())
         age = health["last_sample_age_seconds"]
         errors = sum(s.reader_errors.values())
         return render(
@@ -48,7 +55,7 @@ class ExporterSite:
             s=s,
             gpu_cards=_gpu_cards(s),
             sampler_cards=[
-                ("Sampler", "ok" if ok else "stale"),
+                ("Sampler", str(health["status"])),
                 ("Last sample", DASH if age is None else f"{age:.1f} s ago"),
                 ("Sample took", f"{1000 * s.sample_duration_seconds:.1f} ms" if s.seq else DASH),
                 ("NVML", "up" if s.nvml_up else "down"),
@@ -63,11 +70,13 @@ class ExporterSite:
         )
 
 
-def _health(s: Snapshot, stale_after: float) -> tuple[bool, dict[str, object]]:
+def _health(s: Snapshot, stale_after: float, failure: str | None = None) -> tuple[bool, dict[str, object]]:
     age = time.monotonic() - s.taken_monotonic if s.seq else None
-    ok = age is not None and age <= stale_after
+    fresh = age is not None and age <= stale_after
+    ok = fresh and failure is None
     return ok, {
-        "status": "ok" if ok else "stale",
+        "status": "ok" if ok else "failing" if fresh else "stale",
+        **({"reason": failure} if failure is not None else {}),
         "last_sample_age_seconds": None if age is None else round(age, 3),
         "stale_after_seconds": stale_after,
         "nvml_up": s.nvml_up,
