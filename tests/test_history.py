@@ -107,6 +107,7 @@ class FailingDb:
 
 def test_write_failures_are_counted_and_rows_are_retried(tmp_path: Path) -> None:
     w = history.HistoryWriter(tmp_path / "h.db", hostname="n")
+    assert w._db is not None
     w._db = FailingDb(w._db, fail=1)  # type: ignore[assignment]
     w.start()
     w.submit([row(0)])
