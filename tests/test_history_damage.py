@@ -268,26 +268,6 @@ def test_a_zero_length_file_becomes_a_new_history(tmp_path: Path) -> None:
     assert history.connect(path, readonly=True).execute("SELECT count(*) FROM gpu_minutes").fetchone()[0] == 8
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
-@pytest.mark.parametrize("what", ["file", "folder"])
-def test_a_read_only_history_says_so_and_keeps_the_rows(tmp_path: Path, what: str) -> None:
-    folder = tmp_path / "d"
-    folder.mkdir()
-    path = folder / "history.db"
-    make_history(path, 1)
-    target = path if what == "file" else folder
-    target.chmod(0o555 if what == "folder" else 0o444)
-    try:
-        w = history.HistoryWriter(path, hostname="node")
-        w.submit(rows(T0 + 86400, 1))
-        flush(w)
-        assert not w.stats().up
-        assert w._pending  # kept for when it is writable again
-        w.stop()
-    finally:
-        target.chmod(0o755 if what == "folder" else 0o644)
-
-
 def fill_up(w: history.HistoryWriter) -> None:
     """The disk is full: the file may not grow by a page (``PRAGMA max_page_count``)."""
     assert w._db is not None
