@@ -397,3 +397,29 @@ def test_docker_compose_config(variant: str) -> None:
     res = run_compose(*STACK_FILES[variant], args=("config", "-q"))
     assert res.returncode == 0, res.stderr + res.stdout
     assert res.stdout == ""
+
+
+def test_images_are_overridable_and_default_to_upstream(stack_name: str) -> None:
+    # scripts/test-image runs the replay stack on images it builds from Debian's packages
+    upstream = {name: svc["image"] for name, svc in stack(stack_name)["services"].items()}
+    assert upstream == {
+        "exporter": "gpuledger:0.1.0",
+        "analytics": "gpuledger:0.1.0",
+        "prometheus": "prom/prometheus:v3.5.0",
+        "alertmanager": "prom/alertmanager:v0.28.1",
+        "grafana": "grafana/grafana:12.2.0",
+    }
+    env = {
+        "GPULEDGER_IMAGE": "localhost/gpuledger:test",
+        "PROMETHEUS_IMAGE": "localhost/prometheus:debian",
+        "ALERTMANAGER_IMAGE": "localhost/alertmanager:debian",
+        "GRAFANA_IMAGE": "localhost/grafana:other",
+    }
+    moved = {name: svc["image"] for name, svc in stack(stack_name, env=env)["services"].items()}
+    assert moved == {
+        "exporter": env["GPULEDGER_IMAGE"],
+        "analytics": env["GPULEDGER_IMAGE"],
+        "prometheus": env["PROMETHEUS_IMAGE"],
+        "alertmanager": env["ALERTMANAGER_IMAGE"],
+        "grafana": env["GRAFANA_IMAGE"],
+    }

@@ -105,25 +105,70 @@ def final_stage(ins: list[Instruction]) -> list[Instruction]:
     return [i for i in ins if i.stage == last]
 
 
+def global_args(ins: list[Instruction]) -> dict[str, str]:
+    """The ARGs before the first FROM, with their defaults (what a FROM may name)."""
+    out: dict[str, str] = {}
+    for i in ins:
+        if i.op == "FROM":
+            break
+        if i.op == "ARG":
+            name, _, default = i.args.partition("=")
+            out[name] = default
+    return out
+
+
 def test_dockerfile_is_multi_stage(dockerfile: list[Instruction]) -> None:
     froms = [i for i in dockerfile if i.op == "FROM"]
     assert len(froms) >= 2
     assert dockerfile[0].op in ("FROM", "ARG")
+    args = global_args(dockerfile)
     aliases = {}
     for f in froms:
         words = f.args.split()
-        assert ":" in words[0] or "@" in words[0], f"unpinned base image {words[0]}"
+        image = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), words[0])
+        assert ":" in image or "@" in image, f"unpinned base image {words[0]} ({image})"
         if len(words) == 3 and words[1].upper() == "AS":
             aliases[words[2]] = f.stage
     build_aliases = {a for a, s in aliases.items() if s < max(i.stage for i in dockerfile)}
     assert build_aliases, "the build stage has no name"
     final = final_stage(dockerfile)
-    copied_from = [m.group(1) for i in final if i.op == "COPY" for m in [re.search(r"--from=(\S+)", i.args)] if m]
+    # the final stage takes the build stage's wheels: COPY --from, or a RUN bind mount from it
+    copied_from = [
+        m.group(1)
+        for i in final
+        if i.op in ("COPY", "RUN")
+        for m in [re.search(r"--from=(\S+)", i.args) or re.search(r"--mount=type=bind,(?:\S*,)?from=([^,\s]+)", i.args)]
+        if m
+    ]
     assert copied_from and set(copied_from) <= build_aliases, copied_from
     # the build stage builds wheels; the final one installs them without an index
     build = [i for i in dockerfile if i.stage == aliases[copied_from[0]]]
     assert any(i.op == "RUN" and "pip wheel" in i.args for i in build)
     assert any(i.op == "RUN" and "pip install" in i.args and "--no-index" in i.args for i in final)
+
+
+def test_dockerfile_takes_any_python_base_and_installs_into_a_venv(dockerfile: list[Instruction]) -> None:
+    # BASE (default: the official slim image) names both stages' base; Debian's own python3
+    # refuses system-wide pip installs, so pip runs only inside a virtualenv
+    assert global_args(dockerfile).get("BASE", "").startswith("python:3.")
+    froms = [i.args.split()[0] for i in dockerfile if i.op == "FROM"]
+    assert froms and all(f in ("${BASE}", "$BASE") for f in froms), froms
+    venvs = set()
+    for i in dockerfile:
+        if i.op != "RUN" or "pip " not in i.args:
+            continue
+        venvs |= set(re.findall(r"python3 -m venv (\S+)", i.args))
+        for call in re.findall(r"(\S*pip) (?:install|wheel)", i.args):
+            in_venv = call == "pip" or any(call.startswith(v + "/") for v in venvs)  # bare pip: PATH's venv
+            assert in_venv, f"line {i.line}: {call} outside a venv"
+    final = final_stage(dockerfile)
+    env: dict[str, str] = {}
+    for i in final:
+        if i.op == "ENV":
+            env.update(env_pairs(i.args))
+    venv = "/opt/gpuledger"
+    assert venv in venvs
+    assert env["PATH"].startswith(f"{venv}/bin:"), "the venv's python and gpuledger come first on PATH"
 
 
 def test_dockerfile_runs_as_non_root(dockerfile: list[Instruction]) -> None:
@@ -189,7 +234,9 @@ def test_dockerfile_torch_only_with_bench(dockerfile: list[Instruction]) -> None
         assert "torch" not in outside, f"line {run.line}: torch outside the guard: {run.args}"
         assert run.stage == max(i.stage for i in dockerfile), "torch in the build stage"
         # the guarded install is the project's bench extra
-        installed = [w for w in shlex.split(m.group(1)) if not w.startswith("-") and w not in ("pip", "install")]
+        words = shlex.split(m.group(1))
+        assert words[0].endswith("pip") and words[1] == "install", words
+        installed = [w for w in words[2:] if not w.startswith("-")]
         assert installed == bench, (installed, bench)
 
 
