@@ -84,6 +84,7 @@ class GpuWeek:
     energy_by_hour: tuple[float, ...] | None = None  # joules per hour of the window, for tariffs
     daily: tuple[GpuDay, ...] = ()  # per local day of the window
     stalled_s: float | None = None  # busy seconds that were stalled (not useful); None: not measured
+    cluster: str = ""  # the cluster the GPU reports from (prometheus.cluster_label); "" where not known
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,11 @@ class JobWeek:
     # never pay for more time than the GPU had
     charged_s: float | None = None
     stalled_s: float | None = None  # the job's stalled busy seconds; None: not measured
+    account: str = ""  # Slurm account (the PI's grant), where the source knows it
+    qos: str = ""  # Slurm QOS, where the source knows it
+    # the pod's labels chosen by [analytics] pod_labels (kube-state-metrics' kube_pod_labels, e.g.
+    # ("label_team", "ml")), in name order; () where the source has none
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ UNALLOCATED = "unallocated"  # the group and key of the row for what no job was 
 class CostRow:
     """One group's week: the fleet, a host, a GPU model, a GPU, a user or a job."""
 
-    # fleet | host | model | gpu | user | namespace | job | unallocated (what no job was charged:
-    # users + unallocated = jobs + unallocated = hosts = fleet, in every cost column)
+    # fleet | host | model | gpu | cluster | user | namespace | job | account | partition | qos |
+    # label:<name> (a pod label, e.g. label:label_team) | unallocated (what no job was charged:
+    # each job grouping + unallocated = jobs + unallocated = hosts = fleet, in every cost column)
     group: str
     key: str
     gpus: int
@@ -44,6 +45,7 @@ class CostRow:
     idle_cost: float  # hardware or rental rate x (available - useful) hours; energy not included
     coverage: float  # sampled / available
     stalled_gpu_hours: float | None = None  # busy but stalled (not useful); None: not measured
+    co2e_kg: float | None = None  # energy x PUE x grid intensity; None: no intensity configured or no energy
 
 
 @dataclass(frozen=True)
