@@ -143,12 +143,31 @@ class AnalyticsSettings(_Section):
         return v
 
 
+class StatementsSettings(_Section):
+    enabled: bool = Field(False, description="the analytics daemon writes last month's statements on the 1st")
+    by: list[Literal["user", "account", "namespace"]] = Field(
+        ["user", "account"], description="one statement per key of each of these groupings"
+    )
+    formats: list[Literal["html", "md", "csv"]] = Field(["html", "md", "csv"], min_length=1, description="formats")
+    dir: Path = Field(
+        Path("statements"),
+        description="where statements are written (statement-<grouping>-<key>-<YYYY-MM>.<ext>; not served)",
+    )
+    cron: str = Field("30 0 1 * *", description="when the daemon writes last month's statements (crontab)")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        return crontab.check(v)
+
+
 class FullSettings(Settings):
     """Everything: the exporter's sections and the analytics', typed."""
 
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)  # type: ignore[assignment]
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)  # type: ignore[assignment]
     cost: CostModel = Field(default_factory=CostModel)  # type: ignore[assignment]
+    statements: StatementsSettings = Field(default_factory=StatementsSettings)
 
 
 def overrides_from(pairs: dict[str, Any]) -> dict[str, Any]:

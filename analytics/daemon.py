@@ -32,6 +32,7 @@ from analytics.metrics import ReportCollector, RunsCollector
 from analytics.pipeline import make_report, make_source, out_dir
 from analytics.report import served
 from analytics.sources import Source, SourceUnavailable
+from analytics.statements.monthly import write_month
 from analytics.week_data import Window, last_full_week
 from daemonkit.crontab import cron_trigger
 from daemonkit.http import MetricsServer, WebOptions, serve
@@ -123,6 +124,17 @@ class Analytics:
         )
         return files
 
+    def statements(self) -> list[Path]:
+        """Write last month's statements ([statements]); a failure is logged and counted."""
+        try:
+            files = write_month(self.source, self.s, self.clock())
+        except (SourceUnavailable, OSError) as e:
+            log.error("monthly statements: %s", e)
+            self._count("statements", "error")
+            return []
+        self._count("statements", "ok" if files else "no_data")
+        return files
+
     def refresh(self) -> rpt.Report | None:
         """Rebuild the rolling 7-day figures (the week up to the current minute). None when the
         source failed or has no GPU data in those 7 days (then it is tried again in a minute)."""
@@ -197,6 +209,15 @@ class Analytics:
         )
         if weekly_first is not None:
             self.scheduler.add_job(self.weekly, id="weekly-catch-up", next_run_time=weekly_first)
+        if self.s.statements.enabled:  # last month's statements, on the 1st
+            self.scheduler.add_job(
+                self.statements,
+                cron_trigger(self.s.statements.cron, timezone=tz),
+                id="statements",
+                misfire_grace_time=6 * 3600,
+                max_instances=1,
+                coalesce=True,
+            )
         self.scheduler.start()
         serve(self.server, name="gpuledger-analytics-http")
         log.info(

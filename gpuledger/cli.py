@@ -11,6 +11,7 @@ from exporter import __version__
 from exporter import cli as exporter_cli
 from exporter.benchmarks import cli as bench_cli
 from gpuledger import demo, up
+from gpuledger import statements as statements_cli
 
 
 def _version(args: argparse.Namespace) -> int:
@@ -38,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="write one report (HTML, JSON, CSV, Markdown) and exit")
     analytics_cli.add_report_arguments(rep)
     rep.set_defaults(func=analytics_cli.run_report)
+    job = sub.add_parser("job", help="one job's GPUs, hours, efficiency and cost, with advice (like seff)")
+    statements_cli.add_job_arguments(job)
+    job.set_defaults(func=statements_cli.run_job)
+    st = sub.add_parser("statement", help="a user's, account's or namespace's statement of a month or week")
+    statements_cli.add_statement_arguments(st)
+    st.set_defaults(func=statements_cli.run_statement)
     u = sub.add_parser("up", help="exporter + analytics in one process on the embedded history (single node)")
     up.add_arguments(u)
     u.set_defaults(func=up.run)

@@ -1,0 +1,92 @@
+"""Where a job ran in a source: its first and last minute (the job command's window), and the
+finished jobs' states (for a statement's failed-job cost), where the source knows them."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from dataclasses import dataclass
+
+from analytics.sources import Source, SourceUnavailable
+from analytics.sources.embedded import EmbeddedSource
+from analytics.sources.promapi import label_value
+from analytics.sources.prometheus import PrometheusSource
+from exporter import history
+
+LOOKBACK_DAYS = 35  # how far back the Prometheus source looks for a job's series
+HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A job's first minute and the end of its last one (epoch seconds)."""
+
+    first: float
+    last: float
+
+    def window_bounds(self) -> tuple[float, float]:
+        """Whole hours around the span: the report builder's hourly figures (tariffs, carbon)
+        line up with the clock, and the job's own row does not depend on them."""
+        return math.floor(self.first / HOUR) * HOUR, math.ceil(self.last / HOUR) * HOUR
+
+
+class NotSupported(ValueError):
+    """This source cannot find a job (dcgm-exporter's series)."""
+
+
+def _parts(job: str) -> tuple[str, str]:
+    """``namespace/pod`` -> (namespace, pod); anything else names a Slurm job id or a pod."""
+    ns, sep, pod = job.partition("/")
+    return (ns, pod) if sep and ns and pod else ("", "")
+
+
+def job_span(source: Source, job: str, now: float) -> Span | None:
+    """The job's span (a Slurm job id, a pod name or ``namespace/pod``); None: no data of it."""
+    if isinstance(source, EmbeddedSource):
+        return _embedded(source, job)
+    if isinstance(source, PrometheusSource):
+        return _prometheus(source, job, now)
+    raise NotSupported(f"the {source.name} source cannot look a job up: use gpuledger's own series or the history")
+
+
+def _embedded(source: EmbeddedSource, job: str) -> Span | None:
+    ns, pod = _parts(job)
+    try:
+        first, last = source.db.execute(
+            "SELECT min(minute), max(minute) FROM job_minutes "
+            "WHERE job_id = ? OR (job_id = '' AND (pod = ? OR (namespace = ? AND pod = ?)))",
+            (job, job, ns, pod),
+        ).fetchone()
+    except sqlite3.Error as e:
+        raise SourceUnavailable(f"embedded history {source.path}: {e}") from e
+    return None if first is None else Span(float(first), float(last) + 60.0)
+
+
+def _prometheus(source: PrometheusSource, job: str, now: float) -> Span | None:
+    ns, pod = _parts(job)
+    sel = f'namespace="{label_value(ns)}", pod="{label_value(pod)}"' if ns else f'job_id="{label_value(job)}"'
+    metric = f"timestamp(gpuledger_job_gpu_sampled_seconds_total{{{sel}}})[{LOOKBACK_DAYS}d:1m]"
+    api = source.api
+    with api.report():
+        first = api.query(f"min(min_over_time({metric}))", now)
+        if not first and not ns:  # not a Slurm job id: a pod's name
+            sel = f'job_id="", pod="{label_value(job)}"'
+            metric = f"timestamp(gpuledger_job_gpu_sampled_seconds_total{{{sel}}})[{LOOKBACK_DAYS}d:1m]"
+            first = api.query(f"min(min_over_time({metric}))", now)
+        if not first:
+            return None
+        last = api.query(f"max(max_over_time({metric}))", now)
+    end = last[0].value if last else first[0].value
+    return Span(first[0].value // 60 * 60, end // 60 * 60 + 60.0)
+
+
+def job_states(source: Source, start: float, end: float) -> dict[str, str] | None:
+    """Slurm job id -> its final state, for the jobs that ended in or after [start, end) (the
+    embedded history's job records); None where the source does not know job by job."""
+    if not isinstance(source, EmbeddedSource):
+        return None
+    try:
+        finished = history.finished_jobs(source.db, start, end + 400 * 86400)
+    except sqlite3.Error as e:
+        raise SourceUnavailable(f"embedded history {source.path}: {e}") from e
+    return {j.job_id: j.state for j in finished}

@@ -1,0 +1,37 @@
+"""A window's data and report, both: the statements select jobs by attributes (user, account,
+namespace) that only the source's job figures carry, and take their figures from the report."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+from analytics.config import FullSettings
+from analytics.report.build import _job_key, build
+from analytics.report.model import CostRow, Report
+from analytics.sources import Source
+from analytics.sources.promapi import PromAPI
+from analytics.week_data import JobWeek, WeekData, Window
+
+
+@dataclass(frozen=True)
+class Read:
+    data: WeekData
+    report: Report
+
+    def job_rows(self) -> dict[str, CostRow]:
+        return {r.key: r for r in self.report.group("job")}
+
+
+def read(source: Source, window: Window, s: FullSettings, now: float | None = None) -> Read:
+    """The window's data and its report (``analytics.report.build.build``, as ``gpuledger report``
+    builds it, without the previous week's comparison)."""
+    api = getattr(source, "api", None)
+    with api.report() if isinstance(api, PromAPI) else nullcontext():
+        data = source.week(window)
+    return Read(data, build(data, s.cost, min_coverage=s.analytics.min_coverage, now=now))
+
+
+def job_key(j: JobWeek) -> str:
+    """The key of the job's row in the report (the builder's own)."""
+    return _job_key(j)

@@ -1,0 +1,188 @@
+"""``gpuledger statement``: one user's, account's or namespace's jobs of a month or an ISO week,
+each its row of the report for that window, with totals (the sum of those rows), the idle and
+failed-job cost where known and the scaling advice. The grouping attributes are the job
+figures' own (``JobWeek.job.user``, ``JobWeek.account``, ``JobWeek.job.namespace``); a job
+without one belongs to the key ``(none)`` (a user: ``(unknown)``), as in the report."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import zoneinfo
+from collections import Counter
+from dataclasses import dataclass, field
+
+from analytics.config import FullSettings
+from analytics.report.model import CostRow, Report
+from analytics.sources import Source
+from analytics.statements.advice import efficiencies, scaling_advice
+from analytics.statements.locate import job_states
+from analytics.statements.read import job_key, read
+from analytics.week_data import JobWeek, Window, iso_week
+from exporter.slurm.states import FAILED
+
+GROUPINGS = ("user", "account", "namespace")
+NONE = {"user": "(unknown)", "account": "(none)", "namespace": "(none)"}
+_MONTH = re.compile(r"(\d{4})-(\d{2})")
+
+
+def attribute(j: JobWeek, grouping: str) -> str:
+    """The job's key in ``grouping`` (the report's: a job without one is ``(none)``/``(unknown)``)."""
+    v = {"user": j.job.user, "account": j.account, "namespace": j.job.namespace}[grouping]
+    return v or NONE[grouping]
+
+
+def month(label: str, timezone: str = "UTC") -> Window:
+    """'2026-11' -> the 1st 00:00 to the next month's 1st 00:00 in ``timezone``."""
+    m = _MONTH.fullmatch(label)
+    if m is None or not 1 <= int(m[2]) <= 12:
+        raise ValueError(f"{label!r} is not a month like 2026-11")
+    year, mon = int(m[1]), int(m[2])
+    tz = zoneinfo.ZoneInfo(timezone)
+    start = dt.datetime(year, mon, 1, tzinfo=tz)
+    end = dt.datetime(year + mon // 12, mon % 12 + 1, 1, tzinfo=tz)
+    return Window(start.timestamp(), end.timestamp(), label, timezone)
+
+
+def previous_month(now: float, timezone: str = "UTC") -> Window:
+    """The calendar month before the one ``now`` falls in."""
+    d = dt.datetime.fromtimestamp(now, zoneinfo.ZoneInfo(timezone))
+    y, m = (d.year, d.month - 1) if d.month > 1 else (d.year - 1, 12)
+    return month(f"{y:04d}-{m:02d}", timezone)
+
+
+def period(month_label: str | None, week_label: str | None, timezone: str) -> Window:
+    """The statement's window from ``--month`` or ``--week`` (exactly one)."""
+    if (month_label is None) == (week_label is None):
+        raise ValueError("give one of --month YYYY-MM and --week YYYY-Www")
+    return month(month_label, timezone) if month_label else iso_week(week_label or "", timezone)
+
+
+@dataclass(frozen=True)
+class JobLine:
+    job: str
+    user: str
+    partition: str
+    state: str  # the final state where the source records it, else ""
+    row: CostRow
+
+
+@dataclass(frozen=True)
+class Totals:
+    jobs: int
+    held_gpu_hours: float
+    charged_gpu_hours: float
+    busy_gpu_hours: float
+    sm_active_gpu_hours: float | None
+    useful_gpu_hours: float
+    stalled_gpu_hours: float | None
+    energy_kwh: float | None
+    hardware_cost: float
+    energy_cost: float
+    total_cost: float
+    idle_cost: float
+    failed_cost: float | None  # None: the source does not record jobs' states
+    co2e_kg: float | None
+
+
+@dataclass(frozen=True)
+class Statement:
+    grouping: str  # user | account | namespace
+    key: str
+    window: Window
+    currency: str
+    source: str
+    complete: bool
+    incomplete_reasons: list[str]
+    jobs: list[JobLine]
+    totals: Totals
+    advice: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _opt_sum(values: list[float | None]) -> float | None:
+    return None if not values or all(v is None for v in values) else sum(v or 0.0 for v in values)
+
+
+def totals(lines: list[JobLine], states_known: bool) -> Totals:
+    """The sum of the jobs' rows, column by column (None where no row measured it)."""
+    rows = [x.row for x in lines]
+    return Totals(
+        jobs=len(rows),
+        held_gpu_hours=sum(r.allocated_gpu_hours or 0.0 for r in rows),
+        charged_gpu_hours=sum(r.sampled_gpu_hours for r in rows),
+        busy_gpu_hours=sum(r.busy_gpu_hours for r in rows),
+        sm_active_gpu_hours=_opt_sum([r.sm_active_gpu_hours for r in rows]),
+        useful_gpu_hours=sum(r.useful_gpu_hours for r in rows),
+        stalled_gpu_hours=_opt_sum([r.stalled_gpu_hours for r in rows]),
+        energy_kwh=_opt_sum([r.energy_kwh for r in rows]),
+        hardware_cost=sum(r.hardware_cost for r in rows),
+        energy_cost=sum(r.energy_cost for r in rows),
+        total_cost=sum(r.total_cost for r in rows),
+        idle_cost=sum(r.idle_cost for r in rows),
+        failed_cost=sum(x.row.total_cost for x in lines if x.state in FAILED) if states_known else None,
+        co2e_kg=_opt_sum([r.co2e_kg for r in rows]),
+    )
+
+
+def advice(lines: list[JobLine], eff: dict[int, float]) -> list[str]:
+    """One sentence per GPU count of the group's multi-GPU jobs that the benchmarks measured."""
+    counts = Counter(x.row.gpus for x in lines if x.row.gpus >= 2)
+    return [a for n in sorted(counts) if (a := scaling_advice(n, eff, many=True))]
+
+
+def statement(
+    source: Source, grouping: str, key: str, window: Window, s: FullSettings, now: float | None = None
+) -> Statement:
+    """The group's statement for ``window`` (its jobs may be none: a statement of no jobs)."""
+    if grouping not in GROUPINGS:
+        raise ValueError(f"unknown grouping {grouping!r}; choose from {', '.join(GROUPINGS)}")
+    got = read(source, window, s, now=now)
+    return statement_of(got.data.jobs, got.report, grouping, key, job_states(source, window.start, window.end))
+
+
+def statement_of(
+    jobs: tuple[JobWeek, ...],
+    report: Report,
+    grouping: str,
+    key: str,
+    states: dict[str, str] | None,
+) -> Statement:
+    """The statement from a window's job figures and its report (one read serves many groups)."""
+    rows = {r.key: r for r in report.group("job")}
+    mine: dict[str, JobWeek] = {}
+    partitions: dict[str, str] = {}
+    for j in jobs:
+        if attribute(j, grouping) == key:
+            k = job_key(j)
+            mine.setdefault(k, j)
+            partitions[k] = partitions.get(k) or j.partition
+    lines = []
+    for k, j in sorted(mine.items(), key=lambda kv: (-rows[kv[0]].total_cost if kv[0] in rows else 0.0, kv[0])):
+        if k not in rows:
+            continue
+        state = (states or {}).get(j.job.job_id, "") if j.job.job_id else ""
+        lines.append(JobLine(k, j.job.user or NONE["user"], partitions[k], state, rows[k]))
+    notes = list(report.window_notes())
+    if states is None:
+        notes.append("failed-job cost not known: this source does not record each job's final state")
+    return Statement(
+        grouping=grouping,
+        key=key,
+        window=Window(report.start, report.end, report.week, report.timezone),
+        currency=report.currency,
+        source=report.source,
+        complete=report.complete,
+        incomplete_reasons=list(report.incomplete_reasons),
+        jobs=lines,
+        totals=totals(lines, states is not None),
+        advice=advice(lines, efficiencies(report)),
+        notes=notes,
+    )
+
+
+def keys(jobs: tuple[JobWeek, ...], grouping: str) -> list[str]:
+    """Every key of ``grouping`` among the window's jobs; none where no job has the attribute
+    (a grouping without data, as the report shows no section for it)."""
+    found = {attribute(j, grouping) for j in jobs}
+    return [] if found <= {NONE[grouping]} else sorted(found)
