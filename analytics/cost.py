@@ -3,7 +3,9 @@
 Owned: (purchase − residual) / (depreciation years × 8,760 h) + (yearly operations + yearly
 infrastructure share) / 8,760 h, per GPU and hour of the window, used or not. Cloud: the price per
 GPU-hour (or per node-hour / GPUs per node) for every hour of the window. Energy: kWh × PUE × price,
-the price by time of day where a tariff is set; zero where the cloud price includes it.
+the price by time of day where a tariff is set; zero where the cloud price includes it. Emissions:
+kWh × PUE × the grid's carbon intensity (g CO2e per kWh; static per site or host glob, or by time
+of day), whoever pays for the energy.
 
 Every figure is in ``currency``. See docs/cost-model.md for a worked example.
 """
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 HOURS_PER_YEAR = 8760.0
 JOULES_PER_KWH = 3.6e6
@@ -83,6 +85,84 @@ class PriceRule(_Model):
         return depreciation + (self.yearly_operations + self.yearly_infrastructure) / HOURS_PER_YEAR
 
 
+class CarbonWindow(_Model):
+    start_hour: int = Field(ge=0, le=23, description="first hour (local time of the report) at this intensity")
+    end_hour: int = Field(ge=1, le=24, description="hour at which this intensity stops")
+    grid_intensity_g_per_kwh: float = Field(ge=0, description="grid carbon intensity in this window, g CO2e per kWh")
+    weekdays: list[int] = Field(default_factory=lambda: list(range(7)), description="0 = Monday")
+
+    @model_validator(mode="after")
+    def _order(self) -> CarbonWindow:
+        if self.end_hour <= self.start_hour:
+            raise ValueError("end_hour must be after start_hour (split windows that cross midnight)")
+        if any(not 0 <= d <= 6 for d in self.weekdays):
+            raise ValueError("weekdays are 0 (Monday) to 6 (Sunday)")
+        return self
+
+    def covers(self, weekday: int, hour: int) -> bool:
+        return weekday in self.weekdays and self.start_hour <= hour < self.end_hour
+
+
+class CarbonRule(_Model):
+    """A grid's carbon intensity: one static value, or an hourly table over a static fallback."""
+
+    match_host: str = Field("*", description="applies to hosts matching this glob")
+    grid_intensity_g_per_kwh: float | None = Field(
+        None, ge=0, description="g CO2e per kWh (the hours no carbon window covers, where windows are set)"
+    )
+    carbon_windows: list[CarbonWindow] = Field(default_factory=list, description="time-of-day intensities")
+    _hours: dict[tuple[float, int, str], tuple[float, ...]] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _complete(self) -> CarbonRule:
+        if self.grid_intensity_g_per_kwh is None and not self.carbon_windows:
+            raise ValueError("a carbon rule needs grid_intensity_g_per_kwh or carbon_windows")
+        _check_covered(self.grid_intensity_g_per_kwh, self.carbon_windows)
+        return self
+
+    def matches(self, host: str) -> bool:
+        return fnmatch.fnmatch(host, self.match_host)
+
+    def intensity_at(self, t: float, timezone: str) -> float:
+        """g CO2e per kWh at epoch second ``t`` (windows in the report's time zone)."""
+        if self.carbon_windows:
+            local = dt.datetime.fromtimestamp(t, zoneinfo.ZoneInfo(timezone))
+            for w in self.carbon_windows:
+                if w.covers(local.weekday(), local.hour):
+                    return w.grid_intensity_g_per_kwh
+        assert self.grid_intensity_g_per_kwh is not None  # _check_covered: windows cover every hour
+        return self.grid_intensity_g_per_kwh
+
+    def hourly(self, start: float, hours: int, timezone: str) -> tuple[float, ...]:
+        """The intensity of each of ``hours`` hours from ``start`` (kept for a few windows: every
+        GPU of a report asks for the same hours)."""
+        key = (start, hours, timezone)
+        if key not in self._hours:
+            if len(self._hours) >= 8:  # the daemon's hourly refreshes: a new window each hour
+                self._hours.clear()
+            self._hours[key] = tuple(self.intensity_at(start + 3600 * h + 1, timezone) for h in range(hours))
+        return self._hours[key]
+
+    def mean_intensity(self, start: float, hours: int, timezone: str) -> float:
+        """The mean g CO2e per kWh over ``hours`` hours from ``start`` (hour by hour)."""
+        if not self.carbon_windows or hours <= 0:
+            return self.intensity_at(start, timezone)
+        return sum(self.hourly(start, hours, timezone)) / hours
+
+
+def _check_covered(fallback: float | None, windows: Sequence[CarbonWindow]) -> None:
+    """Carbon windows without a static fallback must cover every hour of the week."""
+    if fallback is not None or not windows:
+        return
+    gaps = [(d, h) for d in range(7) for h in range(24) if not any(w.covers(d, h) for w in windows)]
+    if gaps:
+        d, h = gaps[0]
+        raise ValueError(
+            f"carbon_windows leave {len(gaps)} hours of the week uncovered (first: weekday {d}, hour {h}): "
+            "set grid_intensity_g_per_kwh for them"
+        )
+
+
 EXAMPLE_RULE = PriceRule(
     purchase_price=35_000,
     residual_value=5_000,
@@ -105,6 +185,25 @@ class CostModel(_Model):
     min_useful_gpu_hours: float = Field(
         1.0, ge=0, description="below this many useful GPU-hours, cost per useful GPU-hour is n/a"
     )
+    grid_intensity_g_per_kwh: float | None = Field(
+        None,
+        ge=0,
+        description="the site's grid carbon intensity, g CO2e per kWh (the hours no carbon window covers); "
+        "unset, with no carbon_windows or carbon_rules: no emissions figures",
+    )
+    carbon_windows: list[CarbonWindow] = Field(
+        default_factory=list, description="the site's time-of-day carbon intensities (below)"
+    )
+    carbon_rules: list[CarbonRule] = Field(
+        default_factory=list, description="per-host carbon intensities, first match wins (below)"
+    )
+
+    _site_carbon: CarbonRule | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _carbon_covered(self) -> CostModel:
+        _check_covered(self.grid_intensity_g_per_kwh, self.carbon_windows)
+        return self
 
     @property
     def example_prices(self) -> bool:
@@ -117,6 +216,25 @@ class CostModel(_Model):
         if self.default is not None:
             return self.default
         return EXAMPLE_RULE if not self.rules else None
+
+    @property
+    def hourly_energy(self) -> bool:
+        """A source should read energy hour by hour: a tariff or an intensity varies by the hour."""
+        return bool(self.tariff or self.carbon_windows or any(r.carbon_windows for r in self.carbon_rules))
+
+    def carbon_for(self, host: str) -> CarbonRule | None:
+        """The grid intensity of ``host``'s GPUs: the first matching carbon rule, else the site's
+        (``grid_intensity_g_per_kwh``, ``carbon_windows``); None where no intensity is configured."""
+        for r in self.carbon_rules:
+            if r.matches(host):
+                return r
+        if self.grid_intensity_g_per_kwh is None and not self.carbon_windows:
+            return None
+        if self._site_carbon is None:
+            self._site_carbon = CarbonRule(
+                grid_intensity_g_per_kwh=self.grid_intensity_g_per_kwh, carbon_windows=self.carbon_windows
+            )
+        return self._site_carbon
 
     def price_at(self, t: float, timezone: str) -> float:
         """Energy price per kWh at epoch second ``t`` (tariff in the report's time zone)."""
@@ -155,6 +273,42 @@ def energy_cost(
             for h, j in enumerate(by_hour)
         )
     return joules / JOULES_PER_KWH * model.pue * model.energy_price_per_kwh
+
+
+@dataclass(frozen=True, slots=True)
+class Emissions:
+    """One GPU's emissions over a window; ``mean_applied``: an hourly intensity was applied at the
+    window's mean because the source had no hourly energy."""
+
+    co2e_kg: float | None
+    mean_applied: bool = False
+
+
+def gpu_co2e(
+    model: CostModel,
+    host: str,
+    joules: float | None,
+    by_hour: Sequence[float] | None,
+    start: float,
+    timezone: str,
+    charged: tuple[float, int] | None = None,
+) -> Emissions:
+    """kg CO2e of a GPU over a window starting at ``start``: energy × PUE × the grid intensity,
+    hour by hour from ``by_hour`` (hour h from ``start``) where the intensity varies by the hour,
+    else at the mean intensity of the ``charged`` hours (their start and count; default the
+    first hour). None where no intensity is configured for the host or the energy is not measured."""
+    rule = model.carbon_for(host)
+    if rule is None or joules is None:
+        return Emissions(None)
+    per_kg = model.pue / JOULES_PER_KWH / 1000.0  # joules -> kWh at the facility, g -> kg
+    if not rule.carbon_windows:
+        assert rule.grid_intensity_g_per_kwh is not None
+        return Emissions(joules * per_kg * rule.grid_intensity_g_per_kwh)
+    if by_hour is not None:
+        hourly = rule.hourly(start, len(by_hour), timezone)
+        return Emissions(sum(j * per_kg * g for j, g in zip(by_hour, hourly, strict=True)))
+    first, hours = charged or (start, 1)
+    return Emissions(joules * per_kg * rule.mean_intensity(first, hours, timezone), mean_applied=True)
 
 
 def gpu_cost(

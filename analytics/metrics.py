@@ -92,6 +92,9 @@ REPORT_METRICS: tuple[ReportMetric, ...] = (
     ReportMetric("gpuledger_report_sm_activity_ratio", "SM-active / sampled GPU-hours.", GPU_ROW,
                  _per_row(lambda x: x.sm_activity)),
     ReportMetric("gpuledger_report_energy_kwh", "Energy in kWh.", GPU_ROW, _per_row(lambda x: x.energy_kwh)),
+    ReportMetric("gpuledger_report_co2e_kg", "Emissions in kg CO2e: energy x PUE x grid carbon intensity (no "
+                 "series without a configured intensity or measured energy).", GPU_ROW,
+                 _per_row(lambda x: x.co2e_kg)),
     ReportMetric("gpuledger_report_cost", "Cost in the report's currency by kind: hardware, energy, total, idle.",
                  (*GPU_ROW, "kind"), _kinds(hardware=lambda x: x.hardware_cost, energy=lambda x: x.energy_cost,
                                             total=lambda x: x.total_cost, idle=lambda x: x.idle_cost)),

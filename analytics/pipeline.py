@@ -27,7 +27,7 @@ def make_source(s: FullSettings) -> Source:
         return EmbeddedSource(path)
     if s.prometheus.naming == "dcgm":
         return DcgmSource(s.prometheus)
-    return PrometheusSource(s.prometheus, hourly_energy=bool(s.cost.tariff))
+    return PrometheusSource(s.prometheus, hourly_energy=s.cost.hourly_energy)
 
 
 def make_report(

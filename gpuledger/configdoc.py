@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from analytics.cli import COMMON
 from analytics.config import FullSettings
-from analytics.cost import PriceRule, TariffWindow
+from analytics.cost import CarbonRule, CarbonWindow, PriceRule, TariffWindow
 from exporter.cli import FLAGS
 from exporter.config import DEFAULT_PORT, ENV_PREFIX
 
@@ -157,6 +157,16 @@ def render() -> str:
         "covers pay `energy_price_per_kwh`.\n\n"
     )
     _fields(out, "cost.tariff", TariffWindow, flags, env=False)
+    out.append(
+        "\n### [[cost.carbon_windows]] and [[cost.carbon_rules]]\n\nGrid carbon intensity for emissions "
+        "(energy × PUE × intensity, see [cost-model.md](cost-model.md#carbon)): `carbon_windows` by time of day "
+        "(local time of the report) over `grid_intensity_g_per_kwh`, which the hours no window covers take; "
+        "`carbon_rules` per host glob, the first match wins over the site's values. With no intensity at all "
+        "the reports show no emissions (a dash, never 0).\n\nA carbon window:\n\n"
+    )
+    _fields(out, "cost.carbon_windows", CarbonWindow, flags, env=False)
+    out.append("\nA carbon rule (its own `carbon_windows` are carbon windows as above):\n\n")
+    _fields(out, "cost.carbon_rules", CarbonRule, flags, env=False)
     return "".join(out)
 
 

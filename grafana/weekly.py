@@ -2,7 +2,8 @@
 the last ISO week or the rolling 7 days: cost per useful GPU-hour, idle cost, week over week.
 
 This module holds the dashboard, its variables, the headline and the week-over-week change; the
-breakdown by host, user and queue, the live counters and the daemon are in ``grafana.weekly_sections``.
+breakdown by host, user and queue, the live counters and the daemon are in ``grafana.weekly_sections``,
+the emissions in ``grafana.weekly_carbon``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from grafana.layout import Dashboard, custom_var, gpu_vars, query_var
 from grafana.model import UTILISATION, Q, mapping, steps
 from grafana.panels import bargauge, stat
+from grafana.weekly_carbon import add_carbon
 from grafana.weekly_sections import FLEET, MONEY, W, add_daemon, add_hosts, add_live, add_queue, add_users
 
 
@@ -51,6 +53,7 @@ def build() -> Dashboard:
     _change(d)
     add_hosts(d)
     add_users(d)
+    add_carbon(d)
     add_queue(d)
     add_live(d)
     add_daemon(d)

@@ -3,17 +3,19 @@
 Per GPU: hardware cost = the matching rule's hourly rate × the window's charged hours (a GPU costs
 whether or not it works; only what happened: from the first data, when the history begins inside
 the window, up to now, when the window ends later); energy cost from its energy (flat price or
-tariff, × PUE); useful hours = busy hours less the stalled ones, or SM-active hours
-(``cost.useful``); effective cost per useful GPU-hour = total / useful (None below
-``cost.min_useful_gpu_hours``); idle cost = the hardware (or rental) rate × the charged hours that
-were not useful (so it adds up across GPUs and across days; the energy an idle GPU draws stays in
-the energy cost). Groups (host, model, fleet) sum their GPUs.
+tariff, × PUE); emissions from the same energy × PUE × the grid's carbon intensity (hour by hour
+where it varies and the source has hourly energy; None where no intensity is set); useful hours =
+busy hours less the stalled ones, or SM-active hours (``cost.useful``); effective cost per useful
+GPU-hour = total / useful (None below ``cost.min_useful_gpu_hours``); idle cost = the hardware (or
+rental) rate × the charged hours that were not useful (so it adds up across GPUs and across days;
+the energy an idle GPU draws stays in the energy cost). Groups (host, model, fleet) sum their GPUs.
 
 Chargeback conserves cost: a job pays its GPU's rate for its *charged* time (its share of the
 GPU's rounds when jobs share it; the held time where the source has no shares) plus its
-apportioned energy; on each GPU, its jobs together never pay more, in any column, than the GPU
-costs (scaled down where a source's figures would say otherwise), and what no job paid is the
-``unallocated`` row. Users + unallocated = jobs + unallocated = hosts = fleet.
+apportioned energy (and the same share of the GPU's emissions); on each GPU, its jobs together
+never pay more, in any column, than the GPU costs (scaled down where a source's figures would say
+otherwise), and what no job paid is the ``unallocated`` row. Users + unallocated = jobs +
+unallocated = hosts = fleet.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from analytics.cost import JOULES_PER_KWH, CostModel, PriceRule, breakeven_utilisation, gpu_cost
+from analytics.cost import JOULES_PER_KWH, CostModel, PriceRule, breakeven_utilisation, gpu_co2e, gpu_cost
 from analytics.report import judge
 from analytics.report.model import (
     TOP_IDLE,
@@ -83,6 +85,7 @@ class _Fig:
     uuids: frozenset[str] = frozenset()  # a job's GPUs: a group counts distinct GPUs
     stalled_s: float | None = None
     stalled_cost: float = 0.0  # the rate x the stalled hours (part of idle_cost: stalled is not useful)
+    co2e_kg: float | None = None  # energy x PUE x grid intensity; None: no intensity or no energy
 
 
 class _Acc:
@@ -96,6 +99,7 @@ class _Acc:
         self.idle: list[float | None] = []
         self.energy: list[float | None] = []
         self.stalled: list[float | None] = []
+        self.co2e: list[float | None] = []
         self.hardware = self.energy_cost = self.idle_cost = self.stalled_cost = 0.0
         self.uuids: set[str] = set()
 
@@ -111,6 +115,7 @@ class _Acc:
         self.idle.append(f.idle_s)
         self.energy.append(f.energy_j)
         self.stalled.append(f.stalled_s)
+        self.co2e.append(f.co2e_kg)
         self.hardware += f.hardware
         self.energy_cost += f.energy_cost
         self.idle_cost += f.idle_cost
@@ -144,6 +149,7 @@ class _Acc:
             idle_cost=self.idle_cost,
             coverage=self.sampled / self.available if self.available > 0 else 0.0,
             stalled_gpu_hours=None if stalled is None else stalled / h,
+            co2e_kg=_sum(self.co2e),
         )
 
 
@@ -169,6 +175,8 @@ def build(
     gpu_figs: dict[str, _Fig] = {}
     hourly: dict[str, float] = {}  # uuid -> hardware cost of an hour
     per_joule: dict[str, float] = {}  # uuid -> the GPU's effective energy price (tariff included)
+    co2e_per_joule: dict[str, float | None] = {}  # uuid -> kg CO2e per joule (None: no intensity or energy)
+    mean_intensity: list[str] = []  # GPUs whose hourly intensity was applied at the window's mean
     unpriced: set[str] = set()
     priced: dict[tuple[str, str], PriceRule] = {}  # (host, model) -> the rule that prices its GPUs
     priced_gpus: Counter[tuple[str, str]] = Counter()
@@ -182,6 +190,12 @@ def build(
         hourly[g.uuid] = rule.hourly() if rule is not None else 0.0
         c = gpu_cost(cost, rule, charged_s / 3600, g.energy_j, g.energy_by_hour, w.start, w.timezone)
         per_joule[g.uuid] = c.energy / g.energy_j if g.energy_j else 0.0
+        co2e = gpu_co2e(
+            cost, g.host, g.energy_j, g.energy_by_hour, w.start, w.timezone, (start, round(charged_s / 3600))
+        )
+        if co2e.mean_applied:
+            mean_intensity.append(g.uuid)
+        co2e_per_joule[g.uuid] = None if co2e.co2e_kg is None else co2e.co2e_kg / g.energy_j if g.energy_j else 0.0
         useful = _useful(g.busy_s, g.sm_active_s, g.stalled_s, cost)
         fig = _Fig(
             gpus=1,
@@ -197,6 +211,7 @@ def build(
             energy_cost=c.energy,
             idle_cost=hourly[g.uuid] * max(0.0, charged_s - useful) / 3600,
             stalled_s=g.stalled_s,
+            co2e_kg=co2e.co2e_kg,
         )
         gpu_figs[g.uuid] = fig
         fleet.add(fig)
@@ -209,7 +224,7 @@ def build(
     unallocated = _Acc()
     for uuid, gpu_fig in gpu_figs.items():
         jobs = on_gpu.get(uuid, [])
-        figs = _charge(jobs, gpu_fig, hourly[uuid], per_joule[uuid], cost)
+        figs = _charge(jobs, gpu_fig, hourly[uuid], per_joule[uuid], cost, co2e_per_joule[uuid])
         unallocated.add(_rest(uuid, gpu_fig, figs))
         for j, fig in zip(jobs, figs, strict=True):
             _add_job(groups, holders, j, fig)
@@ -250,7 +265,7 @@ def build(
         currency=cost.currency,
         useful_measure=cost.useful,
         source=data.source,
-        approximations=list(data.approximations),
+        approximations=[*data.approximations, *_carbon_approximations(mean_intensity)],
         example_prices=cost.example_prices,
         complete=not reasons,
         incomplete_reasons=reasons,
@@ -315,12 +330,20 @@ def _scale(total: float, cap: float | None) -> float:
     return max(0.0, cap) / total
 
 
-def _charge(jobs: list[JobWeek], gpu: _Fig | None, rate: float, per_joule: float, cost: CostModel) -> list[_Fig]:
+def _charge(
+    jobs: list[JobWeek],
+    gpu: _Fig | None,
+    rate: float,
+    per_joule: float,
+    cost: CostModel,
+    co2e_per_joule: float | None = None,
+) -> list[_Fig]:
     """The jobs on one GPU, charged: each its charged time (or held time) at the GPU's rate, its
     energy at the GPU's price, and the idle cost of its charged time that was not useful; in each
     column the jobs together at most what the GPU has (one factor per column, the same for every
     job on the GPU, where a source's figures overshoot: held times that overlap, counters read
-    at slightly different times)."""
+    at slightly different times). Emissions follow energy: each job its energy x the GPU's kg
+    CO2e per joule (None where the GPU's emissions are not known)."""
     charged = [j.charged_s if j.charged_s is not None else j.sampled_s for j in jobs]
     k_time = _scale(sum(charged), gpu.sampled_s if gpu else None)
     time = [c * k_time for c in charged]
@@ -355,6 +378,7 @@ def _charge(jobs: list[JobWeek], gpu: _Fig | None, rate: float, per_joule: float
             uuids=frozenset({j.uuid}),
             stalled_s=st,
             stalled_cost=rate * (st or 0.0) / 3600,
+            co2e_kg=None if co2e_per_joule is None else e * co2e_per_joule,
         )
         for j, t, b, u, s, e, i, st in zip(jobs, time, busy, useful, sm, energy, idle, stalled, strict=True)
     ]
@@ -382,7 +406,18 @@ def _rest(uuid: str, gpu: _Fig, jobs: list[_Fig]) -> _Fig:
         idle_cost=gpu.idle_cost - sum(f.idle_cost for f in jobs),
         uuids=frozenset({uuid}) if time > 0 else frozenset(),
         stalled_s=less(gpu.stalled_s, (f.stalled_s for f in jobs)),
+        co2e_kg=less(gpu.co2e_kg, (f.co2e_kg for f in jobs)),
     )
+
+
+def _carbon_approximations(uuids: list[str]) -> list[str]:
+    """The approximation note where an hourly intensity met a GPU without hourly energy."""
+    if not uuids:
+        return []
+    return [
+        f"emissions of {len(uuids)} GPUs at the window's mean grid intensity: the source has no hourly "
+        "energy for them, so the hourly carbon windows could not be applied hour by hour"
+    ]
 
 
 def _stalled_jobs(jobs: dict[str, _Acc], holders: dict[str, tuple[str, str]]) -> list[StalledRow]:

@@ -60,6 +60,11 @@ def kwh(v: float | None) -> str:
     return num(v, 1, "kWh")
 
 
+def co2e(kg: float | None) -> str:
+    """``1,234.5 kg CO2e``; a dash where no grid intensity is set or energy is not measured."""
+    return num(kg, 1, "kg CO2e")
+
+
 def pct(ratio: float | None, signed: bool = False) -> str:
     """A 0..1 ratio as ``45.6 %``; ``signed`` for changes (``+12.0 %``)."""
     if ratio is None or _missing(ratio):
@@ -157,6 +162,7 @@ def headline(r: Report) -> list[tuple[str, str]]:
         ("Hardware cost", money(f.hardware_cost, cur)),
         ("Energy cost", money(f.energy_cost, cur)),
         ("Energy", kwh(f.energy_kwh)),
+        ("Emissions (energy × PUE × grid intensity)", co2e(f.co2e_kg)),
         ("Available GPU-hours", hours(f.available_gpu_hours)),
         ("Sampled GPU-hours", hours(f.sampled_gpu_hours)),
         ("Busy GPU-hours", hours(f.busy_gpu_hours)),
@@ -178,6 +184,7 @@ COST: Columns[CostRow] = [
     ("Useful GPU-h", lambda c: hours(c.useful_gpu_hours)),
     ("Alloc. idle GPU-h", lambda c: hours(c.allocated_idle_gpu_hours)),
     ("Energy kWh", lambda c: num(c.energy_kwh, 1)),
+    ("kg CO2e", lambda c: num(c.co2e_kg, 1)),
     ("Hardware ({cur})", lambda c: money(c.hardware_cost)),
     ("Energy ({cur})", lambda c: money(c.energy_cost)),
     ("Total ({cur})", lambda c: money(c.total_cost)),

@@ -125,6 +125,7 @@ listen = "127.0.0.1:{port}"
 currency = "EUR"
 energy_price_per_kwh = 0.2
 pue = 1.4
+grid_intensity_g_per_kwh = 420
 rules = [{{match_model = "H200", purchase_price = 30000, depreciation_years = 5, cloud_reference_per_gpu_hour = 3.5}}]
 """)
     return cfg
