@@ -245,6 +245,7 @@ class Settings(LayeredSettings):
     analytics: dict[str, Any] = Field(default_factory=dict)
     prometheus: dict[str, Any] = Field(default_factory=dict)
     cost: dict[str, Any] = Field(default_factory=dict)
+    statements: dict[str, Any] = Field(default_factory=dict)
 
 
 def load(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
