@@ -84,7 +84,9 @@ def fixed_snapshot() -> Snapshot:
 
 def with_jobs(g: GpuSnapshot) -> GpuSnapshot:
     jobs = {
-        JobKey("4242", "alice"): JobCounters(10.0, 6.0, 3000.0, 7.5, 2.25, holding=True),
+        JobKey("4242", "alice", account="pi-lovelace", partition="gpu", qos="normal"): JobCounters(
+            10.0, 6.0, 3000.0, 7.5, 2.25, holding=True
+        ),
         JobKey("", "root", "train-0", 'ml"ops', "trainer"): JobCounters(4.0, 1.0, 500.0, 2.5, 0.0, holding=False),
     }
     return dataclasses.replace(g, jobs=jobs)

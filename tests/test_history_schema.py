@@ -4,8 +4,9 @@ versions opened and migrated with every row intact, and files newer than the cod
 ``tests/data/history-v{1,2,3}.sqlite`` were written by the code at commit e30d1e1 (schema v3,
 run with ``SCHEMA_VERSION`` set to 1, 2 and 3) through its own insert functions;
 ``history-v4.sqlite`` by the code of schema v4 (the v3 file migrated, plus an hour of rows with
-stalled and charged seconds); see ``tests/data/README.md``. They are never regenerated: a new
-schema version adds a new file.
+stalled and charged seconds); ``history-v5.sqlite`` by the code of schema v5 (the v4 file
+migrated, plus jobs with their Slurm account, partition and QOS); see ``tests/data/README.md``.
+They are never regenerated: a new schema version adds a new file.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ GOLDEN = TESTS / "golden" / "history-schema.sql"
 H0 = 1_800_000_000  # the first hour of the committed files, 2027-01-15 08:00 UTC
 GPU0 = "GPU-0f0e0d0c-0000-4000-8000-000000000000"
 GPU1 = "GPU-1a1b1c1d-0000-4000-8000-000000000003"
-TABLES = {1: ("gpus", "gpu_minutes"), 2: ("bench_runs",), 3: ("job_minutes", "jobs"), 4: ()}
+TABLES = {1: ("gpus", "gpu_minutes"), 2: ("bench_runs",), 3: ("job_minutes", "jobs"), 4: (), 5: ("job_attrs",)}
 """The tables each version added, and so the ones a file of that version has rows in (v4 added
-columns only: gpu_minutes.stalled_seconds, job_minutes.charged_seconds and stalled_seconds)."""
+columns only: gpu_minutes.stalled_seconds, job_minutes.charged_seconds and stalled_seconds; v5
+jobs.account and qos, and the job_attrs table)."""
 
 
 def schema_dump(db: sqlite3.Connection) -> str:
@@ -210,6 +212,26 @@ def test_the_reads_understand_v4_stalled_and_charged_seconds(open_db: Open, tmp_
     v3_held = sum(t.sampled_seconds for t in history.job_totals(v4, H0, H0 + 7200) if t.job.job_id == "4242")
     assert v3_held > 0
     assert mixed[JobKey(job_id="4242", user="ada")].charged_seconds == 135.0 + v3_held
+
+
+def test_the_reads_understand_v5_accounts_and_qos(open_db: Open, tmp_path: Path) -> None:
+    v4 = open_db(copy_of(4, tmp_path))  # migrated: its finished jobs have no account, no attributes
+    assert {(j.account, j.qos) for j in history.finished_jobs(v4, 0, 10**10)} == {("", "")}
+    assert history.job_attributes(v4, 0, 10**10) == {}
+    v5 = open_db(copy_of(5, tmp_path))
+    t = H0 + 3 * 3600
+    jobs = {j.job_id: j for j in history.finished_jobs(v5, t - 3600, t + 3600)}
+    assert {k: (j.account, j.qos, j.partition) for k, j in jobs.items()} == {
+        "4260": ("pi-lovelace", "normal", "gpu"),
+        "4262": ("pi-hopper", "", "debug"),
+    }
+    attrs = history.job_attributes(v5, t, t + 3600)
+    assert attrs == {
+        "4260": history.JobAttributes("4260", "pi-lovelace", "gpu", "normal", t, t + 120),
+        "4261": history.JobAttributes("4261", "pi-babbage", "long", "", t, t + 120),
+    }
+    assert history.job_attributes(v5, t + 180, t + 3600) == {}  # the jobs' last minute began at t + 120
+    assert history.job_attributes(v5, 0, t) == {}
 
 
 def test_an_old_file_opened_read_only_is_refused_and_left_as_it_was(tmp_path: Path) -> None:

@@ -116,11 +116,29 @@ def test_sacct_with_its_own_separator() -> None:
                 "billing=1,gres/gpu=1",
                 "0:15",
                 "2",
+                "pi-dave",
+                "normal",
                 "a|b",
             ]
         ),
         sep.join(
-            ["7.batch", "c1", "", "", "CANCELLED", "Unknown", "Unknown", "Unknown", "Unknown", "", "0:15", "0", "batch"]
+            [
+                "7.batch",
+                "c1",
+                "",
+                "",
+                "CANCELLED",
+                "Unknown",
+                "Unknown",
+                "Unknown",
+                "Unknown",
+                "",
+                "0:15",
+                "0",
+                "pi-dave",
+                "normal",
+                "batch",
+            ]
         ),
         sep.join(
             [
@@ -136,6 +154,8 @@ def test_sacct_with_its_own_separator() -> None:
                 "",
                 "0:0",
                 "0",
+                "pi-erin",
+                "",
                 "x",
             ]
         ),
@@ -145,6 +165,7 @@ def test_sacct_with_its_own_separator() -> None:
     j = jobs[0]
     assert (j.job_id, j.state, j.name, j.gpus, j.restarts, j.cluster) == ("7", "CANCELLED", "a|b", 1, 2, "c1")
     assert j.start == t("2026-11-30T01:00:05")
+    assert (j.account, j.qos) == ("pi-dave", "normal")
 
 
 @pytest.mark.parametrize(

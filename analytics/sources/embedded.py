@@ -103,24 +103,39 @@ class EmbeddedSource:
         return out
 
     def _jobs(self, w: Window, hosts: dict[str, str]) -> list[JobWeek]:
-        # the partition of jobs that finished in or after the week (a running job's is not stored)
-        partition = {j.job_id: j.partition for j in history.finished_jobs(self.db, w.start, w.end + 400 * 86400)}
-        return [
-            JobWeek(
-                t.uuid,
-                hosts.get(t.uuid, ""),
-                t.job,
-                t.sampled_seconds,
-                t.busy_seconds,
-                t.energy_joules,
-                t.sm_active_seconds,
-                t.allocated_idle_seconds,
-                partition.get(t.job.job_id, ""),
-                charged_s=t.charged_seconds,
-                stalled_s=t.stalled_seconds,
+        slurm = self._slurm_attributes(w)
+        out = []
+        for t in history.job_totals(self.db, int(w.start), int(w.end)):
+            account, partition, qos = slurm.get(t.job.job_id, ("", "", "")) if t.job.job_id else ("", "", "")
+            out.append(
+                JobWeek(
+                    t.uuid,
+                    hosts.get(t.uuid, ""),
+                    t.job,
+                    t.sampled_seconds,
+                    t.busy_seconds,
+                    t.energy_joules,
+                    t.sm_active_seconds,
+                    t.allocated_idle_seconds,
+                    partition,
+                    charged_s=t.charged_seconds,
+                    stalled_s=t.stalled_seconds,
+                    account=account,
+                    qos=qos,
+                )
             )
-            for t in history.job_totals(self.db, int(w.start), int(w.end))
-        ]
+        return out
+
+    def _slurm_attributes(self, w: Window) -> dict[str, tuple[str, str, str]]:
+        """Job id -> (account, partition, qos): the finished job's record (slurmctld's word) where
+        it has one and names them, else what the job's environment named while it ran (jobs still
+        running, or whose record the history lacks)."""
+        env = history.job_attributes(self.db, int(w.start), int(w.end))
+        out = {k: (a.account, a.partition, a.qos) for k, a in env.items()}
+        for j in history.finished_jobs(self.db, w.start, w.end + 400 * 86400):  # ended in or after the week
+            named = out.get(j.job_id, ("", "", ""))
+            out[j.job_id] = (j.account or named[0], j.partition or named[1], j.qos or named[2])
+        return out
 
     def _scheduler(self, w: Window) -> tuple[list[QueueWeek], list[FailureWeek]]:
         finished = history.finished_jobs(self.db, w.start, w.end + 400 * 86400)  # ended in or after the week

@@ -168,6 +168,7 @@ class PrometheusSource:
                 key = (s.labels.get("uuid", ""), JobKey(*(s.labels.get(k, "") for k in JOB_LABELS)))
                 seen[key] = None
                 into[key] += s.value
+        slurm = slurm_attributes(self.api, w) if any(k.job_id for _, k in seen) else {}
         return [
             JobWeek(
                 u,
@@ -176,8 +177,11 @@ class PrometheusSource:
                 sampled[u, k],
                 busy[u, k],
                 energy[u, k],
+                partition=slurm.get(k.job_id, NO_SLURM)[1],
                 charged_s=charged.get((u, k)),
                 stalled_s=stalled.get((u, k)),
+                account=slurm.get(k.job_id, NO_SLURM)[0],
+                qos=slurm.get(k.job_id, NO_SLURM)[2],
             )
             for u, k in sorted(seen, key=lambda x: x[0])
         ]
@@ -274,6 +278,25 @@ class PrometheusSource:
         model = models[0].labels.get("model", "") if models else ""
         efficiency = runs("gpuledger_bench_train_scaling_efficiency_ratio")
         return BenchWeek.of_runs(busbw, speedup, efficiency, throughput, model)
+
+
+NO_SLURM = ("", "", "")
+
+
+def slurm_attributes(api: PromAPI, w: Window) -> dict[str, tuple[str, str, str]]:
+    """Job id -> (account, partition, qos) from ``gpuledger_job_info`` over the window, one query
+    (the per-job counters carry none of them: they are joined here on job_id). Where the series
+    disagree (a job's hosts, an exporter restart), the one naming most of the three wins, then
+    the first in label order, so the answer never depends on the order Prometheus returns."""
+    expr = f"max by (job_id, account, partition, qos) (last_over_time(gpuledger_job_info[{rng(w.seconds)}]))"
+    found: dict[str, tuple[str, str, str]] = {}
+    for s in api.query(expr, w.end):
+        job = s.labels.get("job_id", "")
+        named = (s.labels.get("account", ""), s.labels.get("partition", ""), s.labels.get("qos", ""))
+        before = found.get(job)
+        if job and (before is None or (sum(map(bool, named)), before) > (sum(map(bool, before)), named)):
+            found[job] = named
+    return found
 
 
 LOOKBACK = "7d"  # data this long before a window means the history began before it

@@ -8,10 +8,12 @@ process that had it before.
 
 from __future__ import annotations
 
+import dataclasses
 import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.attribution import slurmenv
 from exporter.attribution.cgroup import facts
 
 
@@ -24,6 +26,12 @@ class Owner:
     job_id: str = ""  # Slurm job
     pod_uid: str = ""
     container_id: str = ""
+    account: str = ""  # the Slurm job's account, partition and QOS, from its environment
+    partition: str = ""
+    qos: str = ""
+
+    def slurm(self) -> tuple[str, str, str]:
+        return (self.account, self.partition, self.qos)
 
 
 UNKNOWN = Owner()
@@ -66,6 +74,7 @@ class ProcReader:
         self.root = Path(root)
         self.users = users or Users()
         self._cache: dict[int, tuple[str, Owner]] = {}
+        self._jobs: dict[str, tuple[str, str, str]] = {}  # Slurm job -> (account, partition, qos), first found
 
     def owner(self, pid: int) -> Owner | None:
         """The owner of ``pid``, or None if it is gone (or was never there)."""
@@ -75,15 +84,33 @@ class ProcReader:
             return None
         hit = self._cache.get(pid)
         if hit is not None and hit[0] == start:
-            return hit[1]
+            return self._job_attributes(hit[1])  # a process read before its job's attributes were
         owner = self._read(pid)
         if owner is not None and self._start_time(pid) == start:  # still the same process
+            owner = self._job_attributes(owner)
             self._cache[pid] = (start, owner)
         return owner
+
+    def _job_attributes(self, owner: Owner) -> Owner:
+        """The job's attributes as its first process that named any gave them."""
+        if not owner.job_id:
+            return owner
+        known = self._jobs.get(owner.job_id)
+        if known is None:
+            if any(owner.slurm()):
+                self._jobs[owner.job_id] = owner.slurm()
+            return owner
+        if owner.slurm() == known:
+            return owner
+        account, partition, qos = known
+        return dataclasses.replace(owner, account=account, partition=partition, qos=qos)
 
     def forget_except(self, live: set[int]) -> None:
         for pid in [p for p in self._cache if p not in live]:
             del self._cache[pid]
+        jobs = {o.job_id for _, o in self._cache.values()}
+        for job in [j for j in self._jobs if j not in jobs]:
+            del self._jobs[job]
 
     def _start_time(self, pid: int) -> str | None:
         try:
@@ -106,24 +133,16 @@ class ProcReader:
                 uid = int(line.split()[1])  # the real uid
                 break
         f = facts(cgroup)
-        job = f.job_id or self._env_job(base)
+        env = slurmenv.read(base / "environ")  # SLURM_JOB_ID too, for set-ups without job cgroups
+        job = f.job_id or env.job_id
+        same = env.job_id == job != ""  # the environment speaks of this process's job
         return Owner(
             uid=uid,
             user=self.users.name(uid) if uid is not None else "",
             job_id=job,
             pod_uid=f.pod_uid,
             container_id=f.container_id,
+            account=env.account if same else "",
+            partition=env.partition if same else "",
+            qos=env.qos if same else "",
         )
-
-    @staticmethod
-    def _env_job(base: Path) -> str:
-        """SLURM_JOB_ID from the environment, for Slurm set-ups without job cgroups."""
-        try:
-            env = (base / "environ").read_bytes()
-        except OSError:
-            return ""
-        for item in env.split(b"\0"):
-            if item.startswith(b"SLURM_JOB_ID="):
-                value = item[len(b"SLURM_JOB_ID=") :].decode(errors="replace")
-                return value if value.isdigit() else ""
-        return ""

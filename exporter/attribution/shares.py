@@ -34,9 +34,18 @@ class JobKey:
     pod: str = ""  # pod name, or its UID when the kubelet cannot name it
     namespace: str = ""
     container: str = ""  # container name, or the first 12 digits of its id
+    # what the Slurm job's environment says of it: descriptions, not identity (a job is the same
+    # job whatever they say), so not compared, hashed or ordered; "" where unknown
+    account: str = field(default="", compare=False)
+    partition: str = field(default="", compare=False)
+    qos: str = field(default="", compare=False)
 
     def labels(self) -> tuple[str, str, str, str, str]:
         return (self.job_id, self.user, self.pod, self.namespace, self.container)
+
+    def slurm(self) -> tuple[str, str, str]:
+        """(account, partition, qos)."""
+        return (self.account, self.partition, self.qos)
 
 
 @dataclass(slots=True)
@@ -57,8 +66,8 @@ class JobCounters:
 def job_key(owner: Owner | None, pod: PodDevice | None) -> JobKey:
     o = owner or Owner()
     if pod is not None:  # the kubelet allocated this GPU to a pod: its names beat cgroup ids
-        return JobKey(o.job_id, o.user, pod.pod, pod.namespace, pod.container)
-    return JobKey(o.job_id, o.user, o.pod_uid, "", o.container_id[:12])
+        return JobKey(o.job_id, o.user, pod.pod, pod.namespace, pod.container, *o.slurm())
+    return JobKey(o.job_id, o.user, o.pod_uid, "", o.container_id[:12], *o.slurm())
 
 
 def shares(
@@ -81,7 +90,9 @@ def shares(
     total = sum(weights.values())
     out: dict[JobKey, float] = {}
     for pid, key in keys.items():
-        out[key] = out.get(key, 0.0) + weights[pid] / total
+        # a key that names the job's Slurm attributes replaces one that does not
+        share = out.pop(key, 0.0) if any(key.slurm()) else out.get(key, 0.0)
+        out[key] = share + weights[pid] / total
     return out
 
 
@@ -105,7 +116,7 @@ class GpuJobs:
         p = power or 0.0
         self.gpu_power_integral += p * dt
         for key, share in holders.items():
-            c = self.jobs.setdefault(key, JobCounters())
+            c = self._counters(key)
             c.holding, c.last_seen = True, now
             c.sampled_seconds += dt
             c.charged_seconds += dt * share
@@ -120,8 +131,17 @@ class GpuJobs:
         for c in self.jobs.values():
             c.holding = False
         for key in holders:
-            c = self.jobs.setdefault(key, JobCounters())
+            c = self._counters(key)
             c.holding, c.last_seen = True, now
+
+    def _counters(self, key: JobKey) -> JobCounters:
+        """The job's counters, kept under ``key`` itself when it names the job's Slurm attributes
+        (a job first seen before its environment could be read learns them later)."""
+        c = self.jobs.pop(key, None) if any(key.slurm()) else self.jobs.get(key)
+        if c is None:
+            c = JobCounters()
+        self.jobs[key] = c
+        return c
 
     def apportion_energy(self, delta: float) -> None:
         """Split an increase of the GPU's energy counter over the jobs by their power integrals."""

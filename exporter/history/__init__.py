@@ -5,11 +5,13 @@ from exporter.benchmarks.records import BenchRecord
 from exporter.history.reads import (
     GpuHour,
     GpuIdentity,
+    JobAttributes,
     JobTotals,
     bench_records,
     finished_jobs,
     gpu_hours,
     gpus,
+    job_attributes,
     job_totals,
 )
 from exporter.history.schema import SCHEMA_VERSION, HistoryDamaged, HistoryError, connect
@@ -33,6 +35,7 @@ __all__ = [
     "HistoryDamaged",
     "HistoryError",
     "HistoryWriter",
+    "JobAttributes",
     "JobTotals",
     "bench_records",
     "connect",
@@ -43,6 +46,7 @@ __all__ = [
     "insert_job_minutes",
     "insert_jobs",
     "insert_minutes",
+    "job_attributes",
     "job_totals",
     "transaction",
 ]

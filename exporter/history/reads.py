@@ -116,7 +116,29 @@ def finished_jobs(db: sqlite3.Connection, start: float, end: float) -> list[Fini
     """Jobs that ended in [start, end), in end order."""
     rows = db.execute(
         "SELECT cluster, job_id, name, user, partition, state, submit, eligible, start, end, gpus, exit_code, "
-        "restarts FROM jobs WHERE end >= ? AND end < ? ORDER BY end, job_id",
+        "restarts, coalesce(account, ''), coalesce(qos, '') FROM jobs WHERE end >= ? AND end < ? ORDER BY end, job_id",
         (start, end),
     )
     return [FinishedJob(*r) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class JobAttributes:
+    """A Slurm job's account, partition and QOS as the exporter found them in its environment."""
+
+    job_id: str
+    account: str
+    partition: str
+    qos: str
+    first_minute: int
+    last_minute: int
+
+
+def job_attributes(db: sqlite3.Connection, start: int, end: int) -> dict[str, JobAttributes]:
+    """By job id, the jobs the exporter attributed in minutes overlapping [start, end) (schema v5)."""
+    rows = db.execute(
+        "SELECT job_id, account, partition, qos, first_minute, last_minute FROM job_attrs "
+        "WHERE last_minute >= ? AND first_minute < ?",
+        (start, end),
+    )
+    return {r[0]: JobAttributes(*r) for r in rows}

@@ -25,7 +25,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -99,6 +99,22 @@ dram_active_seconds REAL, energy_joules REAL, allocated_seconds REAL, allocated_
         "ALTER TABLE gpu_minutes ADD COLUMN stalled_seconds REAL",
         "ALTER TABLE job_minutes ADD COLUMN charged_seconds REAL",
         "ALTER TABLE job_minutes ADD COLUMN stalled_seconds REAL",
+    ),
+    5: (
+        # Slurm account and QOS of finished jobs (NULL in older rows: not known); the account,
+        # partition and QOS of the jobs the exporter attributed, as their environment named them,
+        # once per job (not per minute)
+        "ALTER TABLE jobs ADD COLUMN account TEXT",
+        "ALTER TABLE jobs ADD COLUMN qos TEXT",
+        """CREATE TABLE job_attrs (
+        job_id TEXT PRIMARY KEY,
+        account TEXT NOT NULL,
+        partition TEXT NOT NULL,
+        qos TEXT NOT NULL,
+        first_minute INTEGER NOT NULL,
+        last_minute INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+        "CREATE INDEX job_attrs_by_last_minute ON job_attrs (last_minute)",
     ),
 }
 

@@ -72,7 +72,22 @@ def insert_minutes(db: sqlite3.Connection, rows: Sequence[MinuteRow], hostname: 
     db.executemany(_UPSERT_MINUTE, [(r.info.uuid, r.minute, *(r.values.get(f) for f in ROLLUP_FIELDS)) for r in rows])
 
 
+_UPSERT_JOB_ATTRS = (
+    "INSERT INTO job_attrs (job_id, account, partition, qos, first_minute, last_minute) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (job_id) DO UPDATE SET first_minute = min(first_minute, excluded.first_minute), "
+    "last_minute = max(last_minute, excluded.last_minute)"
+)
+"""A job's attributes are those first stored (as the exporter keeps its first process's)."""
+
+
 def insert_job_minutes(db: sqlite3.Connection, rows: Sequence[JobMinuteRow]) -> None:
+    """The minutes, and once per Slurm job the account, partition and QOS its environment named."""
+    attrs: dict[str, tuple[str, str, str, int, int]] = {}
+    for r in rows:
+        if r.job.job_id and any(r.job.slurm()):
+            a, p, q, first, last = attrs.get(r.job.job_id, (*r.job.slurm(), r.minute, r.minute))
+            attrs[r.job.job_id] = (a, p, q, min(first, r.minute), max(last, r.minute))
+    db.executemany(_UPSERT_JOB_ATTRS, [(job, *v) for job, v in attrs.items()])
     db.executemany(
         _UPSERT_JOB_MINUTE,
         [
@@ -102,7 +117,7 @@ def insert_bench(db: sqlite3.Connection, records: Sequence[BenchRecord]) -> None
 def insert_jobs(db: sqlite3.Connection, jobs: Sequence[FinishedJob]) -> None:
     db.executemany(
         "INSERT OR REPLACE INTO jobs (cluster, job_id, name, user, partition, state, submit, eligible, start, end, "
-        "gpus, exit_code, restarts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "gpus, exit_code, restarts, account, qos) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 j.cluster,
@@ -118,6 +133,8 @@ def insert_jobs(db: sqlite3.Connection, jobs: Sequence[FinishedJob]) -> None:
                 j.gpus,
                 j.exit_code,
                 j.restarts,
+                j.account,
+                j.qos,
             )
             for j in jobs
         ],
@@ -132,6 +149,7 @@ def delete_before(db: sqlite3.Connection, cutoff: float) -> int:
         "DELETE FROM job_minutes WHERE minute < ?",
         "DELETE FROM bench_runs WHERE finished < ?",
         "DELETE FROM jobs WHERE end < ?",
+        "DELETE FROM job_attrs WHERE last_minute < ?",
     ):
         n += db.execute(sql, (cutoff,)).rowcount
     return n

@@ -1,5 +1,8 @@
 """The jobs' rows of the metric table (attribution; see docs/jobs.md): per-GPU job counters from
-each ``GpuSnapshot.jobs``, and the kubelet's status as this feature's snapshot part."""
+each ``GpuSnapshot.jobs``, the Slurm jobs' account, partition and QOS as one info series per job
+(``gpuledger_job_info``, joined on ``job_id``: the counters keep their labels, and a job's three
+attributes cost one series on its host, not three more labels on six series per GPU), and the
+kubelet's status as this feature's snapshot part."""
 
 from __future__ import annotations
 
@@ -7,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from exporter.attribution.shares import JobCounters
-from exporter.registry import Feature, Value, gpu_row, part_row
-from exporter.snapshot import GpuSnapshot
+from exporter.registry import Feature, Value, gpu_row, part_row, row
+from exporter.snapshot import GpuSnapshot, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +22,14 @@ class KubeletStatus:
 
 
 JOB_LABELS = ("job_id", "user", "pod", "namespace", "container")
+
+
+SLURM_LABELS = ("job_id", "user", "account", "partition", "qos")
+
+
+def _slurm_jobs(s: Snapshot) -> Value:
+    """One series per Slurm job on this host whose environment named its account, partition or QOS."""
+    return {(k.job_id, k.user, *k.slurm()): 1.0 for g in s.gpus for k in g.jobs if k.job_id and any(k.slurm())}
 
 
 def _holding(g: GpuSnapshot) -> Value:
@@ -54,6 +65,10 @@ FEATURE: Feature[KubeletStatus] = Feature("jobs", KubeletStatus, (
     gpu_row("gpuledger_job_gpu_energy_joules_total", "counter", "joules",
             "The GPU's energy-counter increase apportioned by the job's share of power x time.",
             "attribution", _per_job(lambda c: c.energy_joules), JOB_LABELS),
+    row("gpuledger_job_info", "info", "",
+        "A Slurm job on this host with its account, partition and QOS as its environment names them "
+        "(empty = not named); join on job_id.", "/proc/PID/environ (SLURM_JOB_ACCOUNT, _PARTITION, _QOS)",
+        _slurm_jobs, SLURM_LABELS),
     part_row(KubeletStatus, "gpuledger_attribution_kubelet_up", "gauge", "",
              "1 when the kubelet's pod-resources API answered last time.", "kubelet pod-resources",
              lambda k: float(k.up)),

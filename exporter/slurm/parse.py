@@ -200,11 +200,15 @@ def jobcomp_line(line: str) -> FinishedJob | None:
         gpus=gpus_requested(f.get("Tres", "")),
         exit_code=f.get("ExitCode", ""),
         restarts=0,
+        account=f.get("Account", ""),
+        qos=f.get("QOS", ""),
     )
 
 
 SACCT_SEP = "\x1f"  # ASCII unit separator: no job name has one
-SACCT_FIELDS = "JobIDRaw,Cluster,User,Partition,State,Submit,Eligible,Start,End,AllocTRES,ExitCode,Restarts,JobName"
+SACCT_FIELDS = (
+    "JobIDRaw,Cluster,User,Partition,State,Submit,Eligible,Start,End,AllocTRES,ExitCode,Restarts,Account,QOS,JobName"
+)
 
 
 def sacct(text: str) -> list[FinishedJob]:
@@ -213,7 +217,8 @@ def sacct(text: str) -> list[FinishedJob]:
         parts = line.split(SACCT_SEP)
         if len(parts) != SACCT_FIELDS.count(",") + 1:
             continue
-        job_id, cluster, user, partition, state, submit, eligible, start, end, tres, exit_code, restarts, name = parts
+        job_id, cluster, user, partition, state, submit, eligible, start, end, tres, exit_code, restarts, *rest = parts
+        account, qos, name = rest
         end_t = local_time(end)
         if end_t is None or "." in job_id:
             continue  # still running, or a step
@@ -236,6 +241,8 @@ def sacct(text: str) -> list[FinishedJob]:
                 gpus=gpus_requested(tres),
                 exit_code=exit_code,
                 restarts=int(restarts) if restarts.isdigit() else 0,
+                account=account,
+                qos=qos,
             )
         )
     return out

@@ -22,3 +22,5 @@ class FinishedJob:
     gpus: int
     exit_code: str
     restarts: int
+    account: str = ""  # the Slurm account (the PI's grant); "" where not known
+    qos: str = ""  # "" where not known (Slurm without slurmdbd has no QOS)

@@ -1,4 +1,4 @@
--- PRAGMA user_version = 4
+-- PRAGMA user_version = 5
 
 -- table gpus on gpus
 CREATE TABLE gpus (
@@ -75,9 +75,22 @@ CREATE TABLE jobs (
         end REAL NOT NULL,
         gpus INTEGER NOT NULL,
         exit_code TEXT NOT NULL,
-        restarts INTEGER NOT NULL,
+        restarts INTEGER NOT NULL, account TEXT, qos TEXT,
         PRIMARY KEY (cluster, job_id, end)
     ) WITHOUT ROWID;
 
 -- index jobs_by_end on jobs
 CREATE INDEX jobs_by_end ON jobs (end);
+
+-- table job_attrs on job_attrs
+CREATE TABLE job_attrs (
+        job_id TEXT PRIMARY KEY,
+        account TEXT NOT NULL,
+        partition TEXT NOT NULL,
+        qos TEXT NOT NULL,
+        first_minute INTEGER NOT NULL,
+        last_minute INTEGER NOT NULL
+    ) WITHOUT ROWID;
+
+-- index job_attrs_by_last_minute on job_attrs
+CREATE INDEX job_attrs_by_last_minute ON job_attrs (last_minute);
