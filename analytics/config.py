@@ -4,6 +4,7 @@ same file, environment and flags as the exporter's (``exporter.config``), as sec
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -15,6 +16,8 @@ from analytics.report.output import FORMATS
 from daemonkit import crontab
 from daemonkit.settings import check_timezone, split_listen
 from exporter.config import Settings
+
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 class _Section(BaseModel):
@@ -60,6 +63,18 @@ class PrometheusSettings(_Section):
         "(Hostname is the exporter pod's name under Kubernetes, so a node label comes first)",
     )
     kube_state_metrics: bool = Field(True, description="read Kubernetes queue wait from kube-state-metrics")
+    cluster_label: str = Field(
+        "cluster",
+        description="the label naming the cluster a GPU reports from (as external labels or relabelling set it, "
+        "e.g. in Thanos, Mimir or VictoriaMetrics over several clusters): the report's cluster rows; empty: none",
+    )
+
+    @field_validator("cluster_label")
+    @classmethod
+    def _cluster_label(cls, v: str) -> str:
+        if v and not LABEL_NAME.fullmatch(v):
+            raise ValueError(f"{v!r} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -117,6 +132,13 @@ class AnalyticsSettings(_Section):
     refresh_minutes: float = Field(60.0, gt=0, description="rolling 7-day figures refresh period")
     listen: str = Field(":10045", description="the analytics daemon's /metrics address")
     min_coverage: float = Field(0.99, ge=0, le=1, description="a week with less data is marked incomplete")
+    pod_labels: list[str] = Field(
+        [],
+        description="kube-state-metrics' kube_pod_labels label names (label_<pod label>, e.g. label_team, "
+        "label_project; kube-state-metrics exports only those in its --metric-labels-allowlist) that pod rows "
+        "carry, read from Prometheus and joined by namespace and pod (a pod's latest in the window); the report "
+        "groups by them as label:<name>",
+    )
 
     @field_validator("timezone")
     @classmethod
@@ -135,6 +157,14 @@ class AnalyticsSettings(_Section):
     @classmethod
     def _cron(cls, v: str) -> str:
         return crontab.check(v)
+
+    @field_validator("pod_labels")
+    @classmethod
+    def _pod_labels(cls, v: list[str]) -> list[str]:
+        bad = [x for x in v if not x.startswith("label_") or x == "label_" or not LABEL_NAME.fullmatch(x)]
+        if bad:
+            raise ValueError(f"{bad}: kube_pod_labels names a pod label label_<name> (e.g. label_team)")
+        return list(dict.fromkeys(v))
 
     @field_validator("listen")
     @classmethod

@@ -24,8 +24,10 @@ Shapes taken from GPU Operator's dcgm-exporter scraped by kube-prometheus-stack:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
+import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -178,7 +180,7 @@ class DcgmFleet:
             for s in self.scrapes[g.uuid]:
                 groups[s.labels].append(s)
             for labels, ss in groups.items():
-                text = "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+                text = "{" + ",".join(f'{k}="{escape(v)}"' for k, v in labels) + "}"
                 for key, metric in FIELDS.items():
                     points = [
                         (s.t, v) for s in ss if (v := getattr(s, "energy_mj" if key == "energy" else key)) is not None
@@ -206,6 +208,11 @@ class DcgmFleet:
                     out.write(f"{metric}{labels} {v:.12g} {round(t * 1000)}\n")
                 n += len(points)
         return n
+
+
+def escape(v: str) -> str:
+    """A label value as the text formats (OpenMetrics, Prometheus' import) write it."""
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 # --- generation --------------------------------------------------------------------------
@@ -242,9 +249,11 @@ def _values(kind: str | None, rnd: random.Random) -> tuple[int, float, float, fl
     return u, sm, sm * 0.5, rnd.uniform(0.05, 0.2), 120 + 3 * u
 
 
-def generate(start: float, days: float, interval: float = 30.0, seed: int = 7) -> DcgmFleet:
+def generate(start: float, days: float, interval: float = 30.0, seed: int = 7, cluster: str = "") -> DcgmFleet:
     """GPUs on two nodes from ``start`` for ``days``: pods come and go on each GPU with idle gaps
-    between; node a's exporter restarts at 40 % of the span; node b misses 25 minutes of scrapes."""
+    between; node a's exporter restarts at 40 % of the span; node b misses 25 minutes of scrapes.
+    ``cluster``: every series carries ``cluster`` (as external labels set it) and the GPUs get
+    UUIDs of their own (a UUID is unique across clusters)."""
     rnd = random.Random(seed)
     end = start + days * 86400
     gpus = [
@@ -254,6 +263,9 @@ def generate(start: float, days: float, interval: float = 30.0, seed: int = 7) -
         Gpu("GPU-b0c1e7d2-0000-4000-8000-00000000b000", "gpu-node-b", 0, "NVIDIA H100 80GB HBM3", True),
         Gpu("GPU-b0c1e7d2-0000-4000-8000-00000000b001", "gpu-node-b", 1, "NVIDIA A10", False),
     ]
+    if cluster:
+        tag = f"{zlib.crc32(cluster.encode()):08x}"
+        gpus = [dataclasses.replace(g, uuid=g.uuid.replace("a0c1e7d2", tag).replace("b0c1e7d2", tag)) for g in gpus]
     restart = start + round(0.4 * days * 86400 / interval) * interval  # node a, two scrapes lost
     gap = (start + 1.3 * 86400, start + 1.3 * 86400 + 1500)  # node b
     fleet = DcgmFleet(start, end, interval, gpus)
@@ -308,7 +320,7 @@ def generate(start: float, days: float, interval: float = 30.0, seed: int = 7) -
                 "namespace": "gpu-operator",
                 "pod": exporter,
                 "service": "nvidia-dcgm-exporter",
-            }
+            } | ({"cluster": cluster} if cluster else {})
             if pod is not None:
                 prefix = "" if honor else "exported_"
                 labels |= {

@@ -18,7 +18,10 @@ target's labels. Every figure is therefore aggregated by the device (``UUID``) f
 - stalled: busy seconds of scrapes with utilisation ≥ 90 % while SM activity < 0.25, tensor
   activity < 0.05 and DRAM activity < 0.05 (where the profiling fields exist);
 - host: the first of ``prometheus.dcgm_host_labels`` present on the GPU's most recent series
-  (``Hostname`` is the exporter pod's name, so a node label comes first).
+  (``Hostname`` is the exporter pod's name, so a node label comes first); cluster: that series'
+  ``prometheus.cluster_label``;
+- pod labels (``[analytics] pod_labels``): from kube-state-metrics' ``kube_pod_labels``
+  (``analytics.sources.kubernetes.pod_labels``), by cluster, namespace and pod.
 
 Each query groups by the device and workload labels and covers one day (a range of the day less
 1 ms, so a sample at midnight counts in one day only, in Prometheus 2 and 3 and VictoriaMetrics
@@ -136,11 +139,17 @@ def _growth(before: float | None, after: float | None, low: float | None) -> tup
 class DcgmSource:
     name = "dcgm"
 
-    def __init__(self, settings: PrometheusSettings, api: PromAPI | None = None) -> None:
+    def __init__(
+        self, settings: PrometheusSettings, api: PromAPI | None = None, pod_labels: Sequence[str] = ()
+    ) -> None:
         self.s = settings
         self.api = api or PromAPI(settings)
+        self.pod_labels = tuple(pod_labels)  # kube_pod_labels names the pod rows carry ([analytics] pod_labels)
         hosts = [h for h in settings.dcgm_host_labels if h not in IDENTITY]
-        self.by = ", ".join(dict.fromkeys([*IDENTITY, *hosts, *WORKLOAD, *(f"exported_{x}" for x in WORKLOAD)]))
+        cluster = [settings.cluster_label] if settings.cluster_label else []
+        self.by = ", ".join(
+            dict.fromkeys([*IDENTITY, *hosts, *cluster, *WORKLOAD, *(f"exported_{x}" for x in WORKLOAD)])
+        )
 
     # --- queries -------------------------------------------------------------------------
 
@@ -196,7 +205,7 @@ class DcgmSource:
         except QueryError as e:
             problems.append(f"dcgm-exporter stalled time: {e}")
 
-        fig = _Figures(self.s.dcgm_scrape_interval, spans, self.s.dcgm_host_labels)
+        fig = _Figures(self.s.dcgm_scrape_interval, spans, self.s.dcgm_host_labels, self.s.cluster_label)
         for d, (count, util, sm, power, emin) in enumerate(day_answers):
             fig.day(d, count, util, sm, power, emin, stalled[d] if stalled else None)
         for b, series in enumerate(at_bounds):
@@ -204,6 +213,15 @@ class DcgmSource:
 
         gpus, resets = fig.gpus()
         rows = fig.pods(gpus) if jobs else []
+        if self.pod_labels and rows:
+            try:
+                found = kubernetes.pod_labels(self.api, w, self.pod_labels, self.s.cluster_label)
+            except QueryError as e:
+                problems.append(f"pod labels: {e}")
+            else:
+                rows = kubernetes.label_rows(rows, gpus, found)
+                if not found:
+                    problems.append(kubernetes.NO_LABELS)
         if resets:
             notes.append(RESET)
         history_start = None
@@ -241,8 +259,8 @@ class DcgmSource:
 class _Figures:
     """The answers, regrouped in Python by GPU and by GPU and pod (summed over series)."""
 
-    def __init__(self, interval: float, spans: Sequence[Day], host_labels: Sequence[str]) -> None:
-        self.interval, self.spans, self.host_labels = interval, spans, host_labels
+    def __init__(self, interval: float, spans: Sequence[Day], host_labels: Sequence[str], cluster_label: str) -> None:
+        self.interval, self.spans, self.host_labels, self.cluster_label = interval, spans, host_labels, cluster_label
         self.gpu: dict[str, _Key] = defaultdict(_Key)
         self.pod: dict[tuple[str, JobKey], _Key] = defaultdict(_Key)
         self.prof: list[set[str] | None] = [None] * len(spans)  # day -> GPUs with tensor and DRAM fields
@@ -359,6 +377,7 @@ class _Figures:
                     energy_j=_total(x.energy for x in daily),
                     daily=tuple(GpuDay(x.sampled, x.busy, x.energy) for x in daily),
                     stalled_s=_total(x.stalled for x in daily),
+                    cluster=labels.get(self.cluster_label, "") if self.cluster_label else "",
                 )
             )
         return out, any(resets)

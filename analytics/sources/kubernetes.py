@@ -1,11 +1,24 @@
-"""Kubernetes queue wait from kube-state-metrics: pod created -> scheduled, for pods that request
-``nvidia.com/gpu`` and were created in the window. Plain PromQL, one query per series and day."""
+"""From kube-state-metrics, read through Prometheus (no API-server access):
+
+- queue wait: pod created -> scheduled, for pods that request ``nvidia.com/gpu`` and were created
+  in the window. Plain PromQL, one query per series and day;
+- pod labels: the chosen ``label_*`` labels of ``kube_pod_labels``, per pod its latest in the
+  window, for the sources to put on their pod rows (``JobWeek.labels``). One query per day, each
+  aggregated by pod and label set in PromQL: its answer is one series per pod and label set.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping, Sequence
+
 from analytics.sources.base import percentile
-from analytics.sources.promapi import PromAPI, rng
-from analytics.week_data import QueueWeek, Window, days
+from analytics.sources.promapi import PromAPI, Series, rng
+from analytics.week_data import GpuWeek, JobWeek, QueueWeek, Window, days
+
+Labels = tuple[tuple[str, str], ...]
+PodKey = tuple[str, str, str]  # (cluster, namespace, pod)
+NO_LABELS = "pod labels: no kube_pod_labels series in the window (is kube-state-metrics scraped?): pods go under (none)"
 
 
 def queue_wait(api: PromAPI, w: Window) -> list[QueueWeek]:
@@ -46,3 +59,54 @@ def queue_wait(api: PromAPI, w: Window) -> list[QueueWeek]:
             pending,
         )
     ]
+
+
+def _pod(labels: Mapping[str, str]) -> tuple[str, str]:
+    """kube-state-metrics' own ``namespace``/``pod``: ``exported_*`` where the scrape renamed them
+    (honor_labels off: the plain ones are then kube-state-metrics' own pod's)."""
+    if labels.get("exported_pod"):
+        return labels.get("exported_namespace", ""), labels["exported_pod"]
+    return labels.get("namespace", ""), labels.get("pod", "")
+
+
+def pod_labels(api: PromAPI, w: Window, names: Sequence[str], cluster_label: str) -> dict[PodKey, Labels]:
+    """(cluster, namespace, pod) -> the pod's chosen labels (name order; a label the pod lacks is
+    left out), the latest label set seen in ``w``: per day, the time of each label set's last
+    sample (``timestamp()`` in a 1-minute subquery), and the latest wins across the days."""
+    if not names:
+        return {}
+    by = ", ".join(
+        dict.fromkeys(
+            [*(x for x in (cluster_label,) if x), "namespace", "pod", "exported_namespace", "exported_pod", *names]
+        )
+    )
+    queries = [
+        (f"max by ({by}) (max_over_time(timestamp(kube_pod_labels)[{rng(d.seconds)}:1m]))", d.end) for d in days(w)
+    ]
+    latest: dict[PodKey, tuple[float, Labels]] = {}
+    for answer in api.query_many(queries):
+        for s in answer:
+            _keep(latest, s, names, cluster_label)
+    return {k: v for k, (_, v) in latest.items()}
+
+
+def _keep(latest: dict[PodKey, tuple[float, Labels]], s: Series, names: Sequence[str], cluster_label: str) -> None:
+    namespace, pod = _pod(s.labels)
+    if not pod:
+        return
+    key = (s.labels.get(cluster_label, "") if cluster_label else "", namespace, pod)
+    found: Labels = tuple(sorted((n, s.labels[n]) for n in names if s.labels.get(n)))
+    seen = latest.get(key)
+    if seen is None or (s.value, found) > seen:  # ties (the same last sample): the larger set, so it is stable
+        latest[key] = (s.value, found)
+
+
+def label_rows(rows: Sequence[JobWeek], gpus: Sequence[GpuWeek], found: Mapping[PodKey, Labels]) -> list[JobWeek]:
+    """``rows`` with each pod row's labels from ``found``, matched by the cluster of its GPU,
+    its namespace and pod; a pod not found keeps none."""
+    cluster = {g.uuid: g.cluster for g in gpus}
+    out = []
+    for r in rows:
+        labels = found.get((cluster.get(r.uuid, ""), r.job.namespace, r.job.pod)) if r.job.pod else None
+        out.append(dataclasses.replace(r, labels=labels) if labels else r)
+    return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from analytics.config import PrometheusSettings
@@ -55,10 +55,17 @@ FAILED = states.regex(states.FAILED)
 class PrometheusSource:
     name = "prometheus"
 
-    def __init__(self, settings: PrometheusSettings, api: PromAPI | None = None, hourly_energy: bool = False) -> None:
+    def __init__(
+        self,
+        settings: PrometheusSettings,
+        api: PromAPI | None = None,
+        hourly_energy: bool = False,
+        pod_labels: Sequence[str] = (),
+    ) -> None:
         self.s = settings
         self.api = api or PromAPI(settings)
         self.hourly_energy = hourly_energy  # a tariff needs energy hour by hour
+        self.pod_labels = tuple(pod_labels)  # kube_pod_labels names the pod rows carry ([analytics] pod_labels)
 
     def week(self, w: Window, *, jobs: bool = True) -> WeekData:
         problems: list[str] = []
@@ -76,6 +83,8 @@ class PrometheusSource:
         no_queue: list[QueueWeek] = []
         no_failures: list[FailureWeek] = []
         per_job = part("per-job figures", lambda: self._jobs(w, hosts), no_jobs) if jobs else no_jobs
+        if self.pod_labels and any(j.job.pod for j in per_job):
+            per_job = self._labelled(w, per_job, gpus, problems)
         queue = part("queue", lambda: self._queue(w), no_queue)
         if self.s.kube_state_metrics:
             queue += part("Kubernetes queue wait", lambda: kubernetes.queue_wait(self.api, w), no_queue)
@@ -132,6 +141,7 @@ class PrometheusSource:
                     energy_j=energy,
                     energy_by_hour=tuple(hours) if hours else None,
                     stalled_s=total("stalled", uuid),
+                    cluster=labels.get(self.s.cluster_label, "") if self.s.cluster_label else "",
                     daily=tuple(
                         GpuDay(d.get("sampled", uuid) or 0.0, d.get("busy", uuid) or 0.0, d.get("energy", uuid))
                         for d in totals.days
@@ -185,6 +195,17 @@ class PrometheusSource:
             )
             for u, k in sorted(seen, key=lambda x: x[0])
         ]
+
+    def _labelled(self, w: Window, rows: list[JobWeek], gpus: list[GpuWeek], problems: list[str]) -> list[JobWeek]:
+        """The pod rows with their chosen kube_pod_labels labels (``kubernetes.pod_labels``)."""
+        try:
+            found = kubernetes.pod_labels(self.api, w, self.pod_labels, self.s.cluster_label)
+        except QueryError as e:
+            problems.append(f"pod labels: {e}")
+            return rows
+        if not found:
+            problems.append(kubernetes.NO_LABELS)
+        return kubernetes.label_rows(rows, gpus, found)
 
     def _queue(self, w: Window) -> list[QueueWeek]:
         r = rng(w.seconds)
