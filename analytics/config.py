@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from analytics.cost import CostModel
+from analytics.report.build import GROUP_BY, GROUPINGS, LABEL
 from analytics.report.output import FORMATS
 from daemonkit import crontab
 from daemonkit.settings import check_timezone, split_listen
@@ -139,6 +140,18 @@ class AnalyticsSettings(_Section):
         "carry, read from Prometheus and joined by namespace and pod (a pod's latest in the window); the report "
         "groups by them as label:<name>",
     )
+    group_by: list[str] = Field(
+        list(GROUP_BY),
+        description="the report's groupings besides host, model, GPU and job: "
+        f"{', '.join(GROUPINGS)}, or label:<name> for one of pod_labels (e.g. label:label_team); each gets "
+        "rows (a job without the attribute under (none)), a section and chart in the HTML, and /metrics gauges",
+    )
+    group_top_n: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        description="/metrics: each grouping's top N keys by total cost get gauges; one (other) row sums the rest",
+    )
 
     @field_validator("timezone")
     @classmethod
@@ -171,6 +184,20 @@ class AnalyticsSettings(_Section):
     def _listen(cls, v: str) -> str:
         split_listen(v)
         return v
+
+    @field_validator("group_by")
+    @classmethod
+    def _group_by(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        labels = info.data.get("pod_labels", [])
+        for g in v:
+            name = g.removeprefix(LABEL)
+            if g.startswith(LABEL) and not LABEL_NAME.fullmatch(name):
+                raise ValueError(f"{g!r}: label:<name> takes a label name (e.g. label:label_team)")
+            if g.startswith(LABEL) and name not in labels:
+                raise ValueError(f"{g!r} groups by a pod label not read: add {name!r} to [analytics] pod_labels")
+            if not g.startswith(LABEL) and g not in GROUPINGS:
+                raise ValueError(f"unknown grouping {g!r}: choose from {list(GROUPINGS)} or label:<name>")
+        return list(dict.fromkeys(v))
 
 
 class StatementsSettings(_Section):

@@ -59,7 +59,8 @@ class Analytics:
         self.last_ok: dict[str, float] = {}
         self.scheduler = BackgroundScheduler(timezone=zoneinfo.ZoneInfo(self.tz))
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(ReportCollector(self.reports, settings.cost, self.tz, clock))
+        top_n = settings.analytics.group_top_n
+        registry.register(ReportCollector(self.reports, settings.cost, self.tz, clock, top_n))
         registry.register(RunsCollector(self.run_state))
         self.site = AnalyticsSite(self, registry)
         host, port = split_listen(settings.analytics.listen)

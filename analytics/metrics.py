@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -14,14 +16,80 @@ from prometheus_client.registry import Collector
 from analytics.cost import CostModel
 from analytics.report.model import CostRow, Report
 
-# GPUs and jobs stay in the reports (too many series); the unallocated row makes the users add up
-GROUPS = ("fleet", "host", "model", "user", "unallocated")
+# GPUs and jobs stay in the reports (too many series); the unallocated row makes the groupings add up.
+# The groupings ([analytics] group_by: user, namespace, account, ..., label:<name>) are bounded:
+# each its top N keys by total cost and one OTHER row summing the rest (ReportCollector's top_n).
+GROUPS = ("fleet", "host", "model", "unallocated")
+UNBOUNDED = (*GROUPS, "gpu", "job")  # not a grouping: exported in full (fleet, host, model) or not at all
+OTHER = "(other)"  # the key of the row summing a grouping's keys beyond the top N
+TOP_N = 20  # [analytics] group_top_n's default
 Sample = tuple[tuple[str, ...], float]
 
 
 def _rows(r: Report) -> Iterator[CostRow]:
     yield r.fleet
-    yield from (row for row in r.rows if row.group in GROUPS)
+    yield from (row for row in r.rows if row.group not in ("gpu", "job"))
+
+
+def _other(group: str, rows: list[CostRow]) -> CostRow:
+    """One row summing ``rows``: the additive columns summed, the ratios recomputed from the sums
+    (GPUs summed: a GPU two of the rows share counts twice)."""
+
+    def add(name: str) -> float:
+        return float(sum(getattr(x, name) or 0.0 for x in rows))
+
+    def known(name: str) -> float | None:
+        return None if all(getattr(x, name) is None for x in rows) else add(name)
+
+    sampled, busy, useful, total = (
+        add("sampled_gpu_hours"),
+        add("busy_gpu_hours"),
+        add("useful_gpu_hours"),
+        add("total_cost"),
+    )
+    sm, available = known("sm_active_gpu_hours"), add("available_gpu_hours")
+    return CostRow(
+        group=group,
+        key=OTHER,
+        gpus=int(add("gpus")),
+        available_gpu_hours=available,
+        sampled_gpu_hours=sampled,
+        busy_gpu_hours=busy,
+        sm_active_gpu_hours=sm,
+        useful_gpu_hours=useful,
+        utilization=busy / sampled if sampled > 0 else None,
+        sm_activity=None if sm is None or sampled <= 0 else sm / sampled,
+        allocated_gpu_hours=known("allocated_gpu_hours"),
+        allocated_idle_gpu_hours=known("allocated_idle_gpu_hours"),
+        energy_kwh=known("energy_kwh"),
+        energy_cost=add("energy_cost"),
+        hardware_cost=add("hardware_cost"),
+        total_cost=total,
+        cost_per_useful_gpu_hour=total / useful if useful > 0 else None,
+        idle_cost=add("idle_cost"),
+        coverage=sampled / available if available > 0 else 0.0,
+        stalled_gpu_hours=known("stalled_gpu_hours"),
+        co2e_kg=known("co2e_kg"),
+    )
+
+
+def bounded(r: Report, top_n: int = TOP_N) -> Report:
+    """``r`` with each grouping's rows cut to its top ``top_n`` keys by total cost (ties by key)
+    and an ``(other)`` row summing the rest, so a grouping exports at most ``top_n + 1`` keys and
+    still adds up; the host, model and unallocated rows as they are."""
+    per: dict[str, list[CostRow]] = defaultdict(list)
+    for row in r.rows:
+        if row.group not in UNBOUNDED:
+            per[row.group].append(row)
+    if all(len(rows) <= top_n for rows in per.values()):
+        return r
+    kept = [row for row in r.rows if row.group in UNBOUNDED]
+    for group, rows in per.items():
+        ranked = sorted(rows, key=lambda x: (-x.total_cost, x.key))
+        kept += ranked[:top_n]
+        if len(ranked) > top_n:
+            kept.append(_other(group, ranked[top_n:]))
+    return dataclasses.replace(r, rows=kept)
 
 
 def _per_row(fn: Callable[[CostRow], float | None]) -> Callable[[Report], Iterator[Sample]]:
@@ -183,14 +251,16 @@ class ReportCollector(Collector):
         cost: CostModel,
         timezone: str,
         clock: Callable[[], float] = time.time,
+        top_n: int = TOP_N,
     ) -> None:
         self.reports = reports
+        self.top_n = top_n  # per grouping: the top N keys by total cost, the rest in one (other) row
         self.cost = cost
         self.timezone = timezone
         self.clock = clock  # the energy price now (a tariff's hour)
 
     def collect(self) -> Iterator[Metric]:
-        reports = self.reports()
+        reports = {window: bounded(r, self.top_n) for window, r in self.reports().items()}
         info = INFO.make()
         for window, r in reports.items():
             info.add_metric((window, r.week, r.source, r.useful_measure, r.currency), 1.0)

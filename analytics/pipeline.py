@@ -50,7 +50,8 @@ def make_report(
                 log.warning("previous window unavailable (%s): no week-over-week comparison", e)
             if previous is not None and not previous.gpus:
                 previous = None
-    return build(data, s.cost, previous=previous, min_coverage=s.analytics.min_coverage, now=now)
+    a = s.analytics
+    return build(data, s.cost, previous=previous, min_coverage=a.min_coverage, now=now, group_by=a.group_by)
 
 
 def describe(source: Source, s: FullSettings) -> str:

@@ -16,13 +16,19 @@ apportioned energy (and the same share of the GPU's emissions); on each GPU, its
 never pay more, in any column, than the GPU costs (scaled down where a source's figures would say
 otherwise), and what no job paid is the ``unallocated`` row. Users + unallocated = jobs +
 unallocated = hosts = fleet.
+
+Groupings (``group_by``, from ``[analytics] group_by``): the job groupings (user, namespace,
+account, partition, qos, ``label:<name>`` for a chosen pod label) sum the jobs' charged figures as
+the jobs and users do, so each + unallocated = the fleet; a job without the attribute goes to the
+key ``(none)`` (a user-less job to ``(unknown)``, as before). Cluster is a GPU grouping, as host:
+the clusters = the fleet. A grouping none of whose jobs (or GPUs) has its attribute has no rows.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from analytics.cost import JOULES_PER_KWH, CostModel, PriceRule, breakeven_utilisation, gpu_co2e, gpu_cost
@@ -47,6 +53,37 @@ from exporter.slurm import states
 
 _FAILED_NOT_TIMEOUT = frozenset(states.FAILED) - {states.TIMEOUT}  # timeout has its own column
 _NOT_OTHER = frozenset({states.COMPLETED, states.CANCELLED, *states.FAILED})
+NONE = "(none)"  # the key of the jobs (or GPUs) that lack a grouping's attribute
+UNKNOWN_USER = "(unknown)"
+GROUP_BY = ("user", "namespace", "account", "partition", "qos", "cluster")  # [analytics] group_by's default
+LABEL = "label:"  # label:<name>: a grouping by one of [analytics] pod_labels (e.g. label:label_team)
+_JOB_ATTRS: dict[str, Callable[[JobWeek], str]] = {
+    "user": lambda j: j.job.user or UNKNOWN_USER,
+    "namespace": lambda j: j.job.namespace or NONE,
+    "account": lambda j: j.account or NONE,
+    "partition": lambda j: j.partition or NONE,
+    "qos": lambda j: j.qos or NONE,
+}
+GPU_GROUPINGS = ("cluster",)
+GROUPINGS = (*_JOB_ATTRS, *GPU_GROUPINGS)  # every grouping name but label:<name>
+JobAttr = tuple[str, Callable[[JobWeek], str]]  # (grouping, the job's key in it)
+
+
+def _label(name: str) -> Callable[[JobWeek], str]:
+    return lambda j: next((v for k, v in j.labels if k == name), "") or NONE
+
+
+def job_attrs(group_by: Sequence[str]) -> list[JobAttr]:
+    """The job groupings of ``group_by`` with how each keys a job; ValueError for an unknown name."""
+    out: list[JobAttr] = []
+    for g in dict.fromkeys(group_by):
+        if g.startswith(LABEL) and len(g) > len(LABEL):
+            out.append((g, _label(g.removeprefix(LABEL))))
+        elif g in _JOB_ATTRS:
+            out.append((g, _JOB_ATTRS[g]))
+        elif g not in GPU_GROUPINGS:
+            raise ValueError(f"unknown grouping {g!r}: choose from {list(GROUPINGS)} or label:<name>")
+    return out
 
 
 def _useful(busy: float, sm: float | None, stalled: float | None, cost: CostModel) -> float:
@@ -160,8 +197,11 @@ def build(
     previous: WeekData | None = None,
     min_coverage: float = 0.99,
     now: float | None = None,
+    group_by: Sequence[str] = GROUP_BY,
 ) -> Report:
     w = data.window
+    attrs = job_attrs(group_by)
+    by_cluster = "cluster" in group_by
     generated = now or time.time()
     # only what happened: charge from the first data (a window starting before the history) up
     # to now (a window ending later)
@@ -217,6 +257,8 @@ def build(
         fleet.add(fig)
         for group, key in (("host", g.host), ("model", g.model), ("gpu", f"{g.host}/{g.gpu} {g.uuid}")):
             groups[group][key].add(fig)
+        if by_cluster:
+            groups["cluster"][g.cluster or NONE].add(fig)
     holders: dict[str, tuple[str, str]] = {}  # job key -> (user, partition)
     on_gpu: dict[str, list[JobWeek]] = defaultdict(list)
     for j in data.jobs:
@@ -227,17 +269,19 @@ def build(
         figs = _charge(jobs, gpu_fig, hourly[uuid], per_joule[uuid], cost, co2e_per_joule[uuid])
         unallocated.add(_rest(uuid, gpu_fig, figs))
         for j, fig in zip(jobs, figs, strict=True):
-            _add_job(groups, holders, j, fig)
+            _add_job(groups, holders, j, fig, attrs)
     for uuid, jobs in on_gpu.items():  # jobs on a GPU the source has no figures for: nothing to charge
         if uuid not in gpu_figs:
             for j, fig in zip(jobs, _charge(jobs, None, 0.0, 0.0, cost), strict=True):
-                _add_job(groups, holders, j, fig)
+                _add_job(groups, holders, j, fig, attrs)
     min_h = cost.min_useful_gpu_hours
     rows = [
-        acc.row(group, key, min_h)
-        for group in ("host", "model", "gpu", "user", "namespace", "job")
-        for key, acc in sorted(groups[group].items())
+        acc.row(group, key, min_h) for group in ("host", "model", "gpu") for key, acc in sorted(groups[group].items())
     ]
+    chosen = [g for g, _ in attrs]
+    rows += _grouping_rows(groups, [g for g in chosen if g in ("user", "namespace")], min_h)
+    rows += [acc.row("job", key, min_h) for key, acc in sorted(groups["job"].items())]
+    rows += _grouping_rows(groups, [g for g in (*chosen, *GPU_GROUPINGS) if g not in ("user", "namespace")], min_h)
     rows.append(unallocated.row(UNALLOCATED, UNALLOCATED, min_h))
     fleet_row = fleet.row("fleet", "fleet", min_h)
     reasons = list(data.problems)
@@ -251,7 +295,9 @@ def build(
         )
     if unpriced:
         reasons.append("no price for " + ", ".join(sorted(unpriced)))
-    prev_report = build(previous, cost, min_coverage=min_coverage, now=generated) if previous is not None else None
+    prev_report = (  # for the fleet's and queue's week-over-week figures only: no groupings
+        build(previous, cost, min_coverage=min_coverage, now=generated, group_by=()) if previous is not None else None
+    )
     in_progress = w.end > generated
     elapsed = (end - w.start) / w.seconds if w.seconds > 0 else 1.0
     notes = ["example prices: set [cost] for yours"] if cost.example_prices else []
@@ -313,14 +359,28 @@ def _job_key(j: JobWeek) -> str:
     return f"{j.job.namespace}/{j.job.pod}" if j.job.pod else f"{j.job.user or '?'} (no job)"
 
 
-def _add_job(groups: dict[str, dict[str, _Acc]], holders: dict[str, tuple[str, str]], j: JobWeek, fig: _Fig) -> None:
+def _add_job(
+    groups: dict[str, dict[str, _Acc]], holders: dict[str, tuple[str, str]], j: JobWeek, fig: _Fig, attrs: list[JobAttr]
+) -> None:
     key = _job_key(j)
-    groups["user"][j.job.user or "(unknown)"].add(fig)
-    if j.job.namespace:
-        groups["namespace"][j.job.namespace].add(fig)
+    for group, attr in attrs:
+        groups[group][attr(j)].add(fig)
     groups["job"][key].add(fig)
     user, part = holders.get(key, ("", ""))
-    holders[key] = (user or j.job.user or "(unknown)", part or j.partition)
+    holders[key] = (user or j.job.user or UNKNOWN_USER, part or j.partition)
+
+
+def _grouping_rows(groups: dict[str, dict[str, _Acc]], chosen: Iterable[str], min_h: float) -> list[CostRow]:
+    """Each grouping's rows by key, ``(none)`` last; none for a grouping whose only key is ``(none)``
+    (no job or GPU has the attribute). A grouping never accumulated (a GPU grouping not chosen) has
+    no rows either."""
+    out: list[CostRow] = []
+    for group in chosen:
+        accs = groups.get(group, {})
+        if not accs or set(accs) == {NONE}:
+            continue
+        out += [acc.row(group, key, min_h) for key, acc in sorted(accs.items(), key=lambda kv: (kv[0] == NONE, kv[0]))]
+    return out
 
 
 def _scale(total: float, cap: float | None) -> float:

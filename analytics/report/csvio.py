@@ -1,4 +1,7 @@
 """A :class:`Report` as CSV tables, one file per row list (RFC 4180; an empty cell is None).
+``costs.csv`` holds every cost row, each grouping's (host, model, gpu, user, namespace, account,
+partition, qos, cluster, label:<name>, job, unallocated) told by its ``group`` column, so one file
+keeps the fixed table names that /reports/ serves and a spreadsheet filters by group.
 
 A text cell that a spreadsheet would run as a formula (it starts with ``=``, ``+``, ``-``, ``@``,
 TAB or CR, or their full-width forms) gets a leading ``'``, as OWASP recommends: a user named

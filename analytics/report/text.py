@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from analytics.report.build import GPU_GROUPINGS, LABEL
 from analytics.report.model import (
     TOP_IDLE,
     TOP_STALLED,
@@ -289,6 +290,39 @@ def _key(row: CostRow) -> str:
     return "(unallocated)" if row.group == UNALLOCATED else row.key
 
 
+NOT_GROUPINGS = frozenset({"host", "model", "gpu", "job", UNALLOCATED})  # their own sections, or none
+# grouping -> (section slug, plural title, key column); label:<name> is ("label-<name>", "Pod label <name>", name)
+GROUPING_NAMES = {
+    "user": ("users", "Users", "User"),
+    "namespace": ("namespaces", "Namespaces", "Namespace"),
+    "account": ("accounts", "Accounts", "Account"),
+    "partition": ("partitions", "Partitions", "Partition"),
+    "qos": ("qos", "QOS", "QOS"),
+    "cluster": ("clusters", "Clusters", "Cluster"),
+}
+
+
+def grouping_names(group: str) -> tuple[str, str, str]:
+    """A grouping's section slug, title and key column header."""
+    if group in GROUPING_NAMES:
+        return GROUPING_NAMES[group]
+    name = group.removeprefix(LABEL)
+    return f"label-{name}", f"Pod label {name}", name
+
+
+def groupings(r: Report) -> list[str]:
+    """The report's groupings that have rows, in the report's order; users always (their table
+    shows what no job was charged even where no job was seen)."""
+    present = dict.fromkeys(row.group for row in r.rows if row.group not in NOT_GROUPINGS)
+    return list(dict.fromkeys(["user", *present]))
+
+
+def grouping_rows(r: Report, group: str) -> list[CostRow]:
+    """A grouping's rows as its table shows them: a job grouping's with the unallocated row last
+    (so the table adds up to the fleet), a GPU grouping's (cluster) as they are."""
+    return r.group(group) if group in GPU_GROUPINGS else [*r.group(group), *r.group(UNALLOCATED)]
+
+
 def _table(slug: str, title: str, cols: Columns[T], rows: Iterable[T], cur: str, empty: str = "") -> Table:
     headers = [h.replace("{cur}", cur) for h, _ in cols]
     return Table(slug, title, headers, [[cell(x) for _, cell in cols] for x in rows], empty or Table.empty)
@@ -308,10 +342,11 @@ def tables(r: Report) -> list[Table]:
     groups = [
         ("hosts", "Hosts", "Host", r.group("host")),
         ("models", "GPU models", "Model", r.group("model")),
-        ("users", "Users (and what no job was charged)", "User", [*r.group("user"), *rest]),
     ]
-    if r.group("namespace"):
-        groups.append(("namespaces", "Namespaces", "Namespace", r.group("namespace")))
+    for group in groupings(r):
+        slug, name, first = grouping_names(group)
+        name += "" if group in GPU_GROUPINGS else " (and what no job was charged)"
+        groups.append((slug, name, first, grouping_rows(r, group)))
     key: Columns[CostRow] = [("Job", _key)]
     return [
         _table("daily", "Daily", DAILY, r.daily, c),
