@@ -224,7 +224,7 @@ class FullSettings(Settings):
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)  # type: ignore[assignment]
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)  # type: ignore[assignment]
     cost: CostModel = Field(default_factory=CostModel)  # type: ignore[assignment]
-    statements: StatementsSettings = Field(default_factory=StatementsSettings)
+    statements: StatementsSettings = Field(default_factory=StatementsSettings)  # type: ignore[assignment]
 
 
 def overrides_from(pairs: dict[str, Any]) -> dict[str, Any]:

@@ -26,8 +26,8 @@ def make_source(s: FullSettings) -> Source:
         path = a.history or s.history.path or default_history_path()
         return EmbeddedSource(path)
     if s.prometheus.naming == "dcgm":
-        return DcgmSource(s.prometheus)
-    return PrometheusSource(s.prometheus, hourly_energy=s.cost.hourly_energy)
+        return DcgmSource(s.prometheus, pod_labels=s.analytics.pod_labels)
+    return PrometheusSource(s.prometheus, hourly_energy=s.cost.hourly_energy, pod_labels=s.analytics.pod_labels)
 
 
 def make_report(

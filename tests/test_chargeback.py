@@ -205,3 +205,11 @@ def test_every_grouping_adds_up_to_the_fleet(cases: list[tuple], useful: str) ->
     for row in r.rows:
         for column in COST_COLUMNS:
             assert math.isfinite(getattr(row, column)) and getattr(row, column) >= -1e-6, (row.group, column)
+
+
+def test_jobs_on_a_gpu_without_figures_are_left_out_and_named() -> None:
+    """Per-job series on a GPU whose own series are missing: their hours are not the fleet's."""
+    r = _report((_gpu(),), (_job("1", "ann", 168, 100, charged_h=168), _job("ghost", "bob", 50, 10, uuid="GPU-z")))
+    assert {x.key for x in r.group("job")} == {"1"}
+    assert any("1 job rows on 1 GPUs without GPU figures" in a and "GPU-z" in a for a in r.approximations)
+    assert_conserves(r)

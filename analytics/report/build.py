@@ -270,10 +270,9 @@ def build(
         unallocated.add(_rest(uuid, gpu_fig, figs))
         for j, fig in zip(jobs, figs, strict=True):
             _add_job(groups, holders, j, fig, attrs)
-    for uuid, jobs in on_gpu.items():  # jobs on a GPU the source has no figures for: nothing to charge
-        if uuid not in gpu_figs:
-            for j, fig in zip(jobs, _charge(jobs, None, 0.0, 0.0, cost), strict=True):
-                _add_job(groups, holders, j, fig, attrs)
+    # jobs on a GPU the source has no figures for: nothing to charge them, and their hours are
+    # not the fleet's; left out, and said so (every grouping still adds up to the fleet)
+    orphans = sorted(uuid for uuid in on_gpu if uuid not in gpu_figs)
     min_h = cost.min_useful_gpu_hours
     rows = [
         acc.row(group, key, min_h) for group in ("host", "model", "gpu") for key, acc in sorted(groups[group].items())
@@ -311,7 +310,7 @@ def build(
         currency=cost.currency,
         useful_measure=cost.useful,
         source=data.source,
-        approximations=[*data.approximations, *_carbon_approximations(mean_intensity)],
+        approximations=[*data.approximations, *_carbon_approximations(mean_intensity), *_orphan_note(orphans, on_gpu)],
         example_prices=cost.example_prices,
         complete=not reasons,
         incomplete_reasons=reasons,
@@ -468,6 +467,13 @@ def _rest(uuid: str, gpu: _Fig, jobs: list[_Fig]) -> _Fig:
         stalled_s=less(gpu.stalled_s, (f.stalled_s for f in jobs)),
         co2e_kg=less(gpu.co2e_kg, (f.co2e_kg for f in jobs)),
     )
+
+
+def _orphan_note(uuids: list[str], on_gpu: dict[str, list[JobWeek]]) -> list[str]:
+    if not uuids:
+        return []
+    n = sum(len(on_gpu[u]) for u in uuids)
+    return [f"{n} job rows on {len(uuids)} GPUs without GPU figures in this window are left out (e.g. {uuids[0]})"]
 
 
 def _carbon_approximations(uuids: list[str]) -> list[str]:
