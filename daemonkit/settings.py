@@ -209,11 +209,15 @@ def _upper_environ() -> set[str]:
 
 
 def check_timezone(v: str) -> str:
-    """A settings validator: an IANA time zone name, or a ValueError naming it."""
+    """A settings validator: an IANA time zone name, or a ValueError naming it (cut short: the
+    name may be anything a file held). The tz database's longest name is 32 characters; a long
+    one would reach the file system as a path (ENAMETOOLONG from the tzdata package)."""
     try:
+        if len(v) > 255:
+            raise ValueError
         zoneinfo.ZoneInfo(v)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {v!r}") from None
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValueError(f"unknown time zone {clip(v)!r}") from None
     return v
 
 
