@@ -218,6 +218,53 @@ class StatementsSettings(_Section):
         return crontab.check(v)
 
 
+class BudgetRule(_Section):
+    group: str = Field(description=f"the grouping: {', '.join(GROUPINGS)}, or label:<name> for one of pod_labels")
+    key: str = Field(min_length=1, description="the group's key in the report (a user, an account, a cluster...)")
+    currency: float | None = Field(
+        None, gt=0, description="the month's budget in the cost model's currency (the rows' total cost)"
+    )
+    gpu_hours: float | None = Field(None, gt=0, description="the month's budget in charged GPU-hours")
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, v: str) -> str:
+        name = v.removeprefix(LABEL)
+        if v.startswith(LABEL) and not LABEL_NAME.fullmatch(name):
+            raise ValueError(f"{v!r}: label:<name> takes a label name (e.g. label:label_team)")
+        if not v.startswith(LABEL) and v not in GROUPINGS:
+            raise ValueError(f"unknown grouping {v!r}: choose from {list(GROUPINGS)} or label:<name>")
+        return v
+
+    @model_validator(mode="after")
+    def _one_amount(self) -> BudgetRule:
+        if (self.currency is None) == (self.gpu_hours is None):
+            raise ValueError(f"budget {self.group}={self.key}: set one of currency or gpu_hours")
+        return self
+
+
+class BudgetsSettings(_Section):
+    rules: list[BudgetRule] = Field(
+        [],
+        description="monthly budgets, each a group (a grouping: "
+        f"{', '.join(GROUPINGS)} or label:<name>), a key of it and one amount, currency (total cost) or "
+        'gpu_hours (charged GPU-hours), e.g. {group = "account", key = "physics", currency = 5000}; the analytics '
+        "daemon exports the calendar month's spent so far, the budget and a linear month-end forecast "
+        "(gpuledger_budget_*) at each refresh",
+    )
+
+    @field_validator("rules")
+    @classmethod
+    def _unique(cls, v: list[BudgetRule]) -> list[BudgetRule]:
+        seen: set[tuple[str, str, bool]] = set()
+        for r in v:
+            ident = (r.group, r.key, r.currency is not None)
+            if ident in seen:
+                raise ValueError(f"budget {r.group}={r.key} given twice in the same unit")
+            seen.add(ident)
+        return v
+
+
 class FullSettings(Settings):
     """Everything: the exporter's sections and the analytics', typed."""
 
@@ -225,6 +272,15 @@ class FullSettings(Settings):
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)  # type: ignore[assignment]
     cost: CostModel = Field(default_factory=CostModel)  # type: ignore[assignment]
     statements: StatementsSettings = Field(default_factory=StatementsSettings)  # type: ignore[assignment]
+    budgets: BudgetsSettings = Field(default_factory=BudgetsSettings)  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _budget_labels(self) -> FullSettings:
+        for r in self.budgets.rules:
+            name = r.group.removeprefix(LABEL)
+            if r.group.startswith(LABEL) and name not in self.analytics.pod_labels:
+                raise ValueError(f"budget {r.group}={r.key}: add {name!r} to [analytics] pod_labels")
+        return self
 
 
 def overrides_from(pairs: dict[str, Any]) -> dict[str, Any]:

@@ -26,9 +26,10 @@ from apscheduler.triggers.interval import IntervalTrigger
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
+from analytics import budgets
 from analytics import report as rpt
 from analytics.config import FullSettings
-from analytics.metrics import ReportCollector, RunsCollector
+from analytics.metrics import BudgetCollector, ReportCollector, RunsCollector
 from analytics.pipeline import make_report, make_source, out_dir
 from analytics.report import served
 from analytics.sources import Source, SourceUnavailable
@@ -57,11 +58,13 @@ class Analytics:
         self._lock = threading.Lock()
         self.runs: dict[tuple[str, str], int] = {}
         self.last_ok: dict[str, float] = {}
+        self._budgets = budgets.figures(settings, None)  # limits now; spent and forecast at each refresh
         self.scheduler = BackgroundScheduler(timezone=zoneinfo.ZoneInfo(self.tz))
         registry = CollectorRegistry(auto_describe=False)
         top_n = settings.analytics.group_top_n
         registry.register(ReportCollector(self.reports, settings.cost, self.tz, clock, top_n))
         registry.register(RunsCollector(self.run_state))
+        registry.register(BudgetCollector(self.budget_figures))
         self.site = AnalyticsSite(self, registry)
         host, port = split_listen(settings.analytics.listen)
         w = settings.web
@@ -83,6 +86,10 @@ class Analytics:
     def reports(self) -> dict[str, rpt.Report]:
         with self._lock:
             return dict(self._reports)
+
+    def budget_figures(self) -> list[budgets.BudgetFigure]:
+        with self._lock:
+            return list(self._budgets)
 
     def run_state(self) -> tuple[dict[tuple[str, str], int], dict[str, float]]:
         with self._lock:
@@ -158,7 +165,23 @@ class Analytics:
         with self._lock:
             self._reports["rolling_7d"] = r
         self._count("refresh", "ok")
+        if self.s.budgets.rules:
+            self.refresh_budgets(now)
         return r
+
+    def refresh_budgets(self, now: float) -> None:
+        """The budgets' figures from the month so far (analytics.budgets); a failure is logged and
+        counted (task budgets), and the last good figures stay."""
+        try:
+            got = budgets.month_report(self.source, self.s, now)
+        except SourceUnavailable as e:
+            log.error("budgets: source unavailable: %s", e)
+            self._count("budgets", "error")
+            return
+        figures = budgets.figures(self.s, got)
+        with self._lock:
+            self._budgets = figures
+        self._count("budgets", "ok" if got is not None and got[0].fleet.gpus else "no_data")
 
     def _retry_refresh(self) -> None:
         """Bring the next refresh forward to a minute from now (no sooner than it was due)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from analytics.budgets import BudgetFigure
 from analytics.cost import CostModel
 from analytics.report.model import CostRow, Report
 
@@ -236,10 +237,28 @@ LAST_OK = Family(
 )
 
 
+BUDGET_LABELS = ("group", "key", "unit")  # unit: the currency code, or gpu_hours
+BUDGET_SPENT = Family(
+    "gpuledger_budget_spent",
+    "gauge",
+    "A [budgets] rule's month-to-date spent: total cost, or charged GPU-hours (unit gpu_hours).",
+    BUDGET_LABELS,
+)
+BUDGET_LIMIT = Family("gpuledger_budget_limit", "gauge", "A [budgets] rule's monthly budget.", BUDGET_LABELS)
+BUDGET_FORECAST = Family(
+    "gpuledger_budget_forecast",
+    "gauge",
+    "A [budgets] rule's month-end forecast: spent / the share of the month's hours charged so far "
+    "(analytics/budgets.py).",
+    BUDGET_LABELS,
+)
+
+
 def families() -> list[Family]:
     """Everything the analytics daemon serves, for docs/metrics.md."""
     table = [Family(m.name, "gauge", m.help, ("window", *m.labels)) for m in REPORT_METRICS]
-    return [INFO, *table, PRICE_ENERGY, PRICE_PUE, PRICE_GPU, RUNS, LAST_OK]
+    budgets = [BUDGET_SPENT, BUDGET_LIMIT, BUDGET_FORECAST]
+    return [INFO, *table, PRICE_ENERGY, PRICE_PUE, PRICE_GPU, *budgets, RUNS, LAST_OK]
 
 
 class ReportCollector(Collector):
@@ -303,3 +322,21 @@ class RunsCollector(Collector):
         for task, t in sorted(last_now.items()):
             last.add_metric((task,), t)
         yield from (runs, last)
+
+
+class BudgetCollector(Collector):
+    """The budgets ([budgets] rules): limits always; spent and forecast once a month report exists."""
+
+    def __init__(self, figures: Callable[[], list[BudgetFigure]]) -> None:
+        self.figures = figures
+
+    def collect(self) -> Iterator[Metric]:
+        spent, limit, forecast = BUDGET_SPENT.make(), BUDGET_LIMIT.make(), BUDGET_FORECAST.make()
+        for f in self.figures():
+            labels = (f.group, f.key, f.unit)
+            limit.add_metric(labels, f.limit)
+            if f.spent is not None:
+                spent.add_metric(labels, f.spent)
+            if f.forecast is not None:
+                forecast.add_metric(labels, f.forecast)
+        yield from (spent, limit, forecast)

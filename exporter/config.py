@@ -246,6 +246,7 @@ class Settings(LayeredSettings):
     prometheus: dict[str, Any] = Field(default_factory=dict)
     cost: dict[str, Any] = Field(default_factory=dict)
     statements: dict[str, Any] = Field(default_factory=dict)
+    budgets: dict[str, Any] = Field(default_factory=dict)
 
 
 def load(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:

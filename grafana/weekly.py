@@ -11,6 +11,7 @@ from __future__ import annotations
 from grafana.layout import Dashboard, custom_var, gpu_vars, query_var
 from grafana.model import UTILISATION, Q, mapping, steps
 from grafana.panels import bargauge, stat
+from grafana.weekly_budgets import add_budgets
 from grafana.weekly_carbon import add_carbon
 from grafana.weekly_sections import FLEET, MONEY, W, add_daemon, add_hosts, add_live, add_queue, add_users
 
@@ -54,6 +55,7 @@ def build() -> Dashboard:
     add_hosts(d)
     add_users(d)
     add_carbon(d)
+    add_budgets(d)
     add_queue(d)
     add_live(d)
     add_daemon(d)

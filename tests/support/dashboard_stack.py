@@ -127,6 +127,9 @@ energy_price_per_kwh = 0.2
 pue = 1.4
 grid_intensity_g_per_kwh = 420
 rules = [{{match_model = "H200", purchase_price = 30000, depreciation_years = 5, cloud_reference_per_gpu_hour = 3.5}}]
+
+[budgets]
+rules = [{{group = "user", key = "alice", currency = 50}}, {{group = "user", key = "bob", gpu_hours = 1000}}]
 """)
     return cfg
 
@@ -175,7 +178,8 @@ def live_stack(tmp: Path) -> Iterator[Stack]:
     prom: PrometheusServer | None = None
     try:
         exporter.wait_ready()
-        ready = wait_until(lambda: b'window="rolling_7d"' in http_get(f"http://127.0.0.1:{port}/metrics")[2], 60)
+        # the rolling figures, then the budgets' month-to-date figures (the same refresh, after them)
+        ready = wait_until(lambda: b"gpuledger_budget_spent{" in http_get(f"http://127.0.0.1:{port}/metrics")[2], 60)
         assert ready, (tmp / "analytics.log").read_text()
         prom = PrometheusServer.backfilled(
             tmp,
