@@ -15,13 +15,17 @@ import math
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 from analytics import report as rpt
 from analytics.config import FullSettings, overrides_from
 from analytics.pipeline import describe, make_report, make_source, out_dir
-from analytics.sources import SourceUnavailable
-from analytics.week_data import Window, iso_week, last_full_week
+from analytics.report.output import focus_dir, write_atomic
+from analytics.sources import Source, SourceUnavailable
+from analytics.sources.promapi import PromAPI
+from analytics.week_data import WeekData, Window, iso_week, last_full_week
 from daemonkit.argcheck import writable_dir
 from daemonkit.settings import ConfigError, load_settings
 from daemonkit.signals import wait_for_signal
@@ -81,6 +85,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="DIR", help="reports folder (default analytics.reports_dir)")
     p.add_argument("--min-coverage", type=float, metavar="RATIO", help="below this share of data: incomplete")
     p.add_argument("--fail-incomplete", action="store_true", help="exit 3 when the report is incomplete")
+    p.add_argument("--focus", action="store_true", help="also write FOCUS 1.0 CSV, one row per group x day")
     _common(p)
 
 
@@ -121,6 +126,11 @@ def run_report(args: argparse.Namespace) -> int:
         return 1
     try:
         files = rpt.write(r, s.analytics.formats, folder)
+        if getattr(args, "focus", False):
+            files += _write_focus(source, window, s, folder)
+    except SourceUnavailable as e:
+        print(f"gpuledger report: source unavailable: {e}", file=sys.stderr)
+        return 1
     except OSError as e:
         print(f"gpuledger report: cannot write the report in {folder}: {e.strerror or e}", file=sys.stderr)
         return 1
@@ -139,6 +149,27 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"gpuledger report: INCOMPLETE: {'; '.join(r.incomplete_reasons)}", file=sys.stderr)
         return 3 if args.fail_incomplete else 0
     return 0
+
+
+def _write_focus(source: Source, window: Window, s: FullSettings, folder: Path) -> list[Path]:
+    """The FOCUS files of ``window``: a report per local day, each day's queries under one deadline."""
+    from analytics.report.focus import day_reports, to_focus
+
+    api = getattr(source, "api", None)
+
+    def day(w: Window) -> WeekData:
+        with api.report() if isinstance(api, PromAPI) else nullcontext():
+            return source.week(w)
+
+    a = s.analytics
+    reports = day_reports(day, window, s.cost, group_by=a.group_by, min_coverage=a.min_coverage)
+    sub = focus_dir(folder, window.label)
+    sub.mkdir(exist_ok=True)
+    written = []
+    for name, text in to_focus(reports, window).items():
+        write_atomic(sub / name, text)
+        written.append(sub / name)
+    return written
 
 
 def add_analytics_arguments(p: argparse.ArgumentParser) -> None:

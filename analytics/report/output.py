@@ -25,6 +25,11 @@ def _safe(week: str) -> str:
     return re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]+", "_", week)).strip(".") or "report"
 
 
+def focus_dir(out_dir: Path, week: str) -> Path:
+    """The folder of a window's FOCUS files (``gpuledger report --focus``; analytics.report.focus)."""
+    return out_dir / f"gpuledger-{_safe(week)}-focus"
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) next to ``path`` under a temporary name, then rename it into place:
     a reader sees the old file or the new one, never half of one. Permissions follow the umask."""

@@ -1,8 +1,9 @@
 """The report files the analytics daemon serves under /reports/, read without trusting the folder.
 
 Only names the report writer produces (:func:`analytics.report.output.write`) are served:
-``gpuledger-<label>.{html,json,md}`` and ``gpuledger-<label>-csv/<table>.csv`` with ``<table>`` one
-of the CSV tables a report has. Each path part is opened relative to the folder above it with
+``gpuledger-<label>.{html,json,md}``, ``gpuledger-<label>-csv/<table>.csv`` with ``<table>`` one
+of the CSV tables a report has, and ``gpuledger-<label>-focus/<grouping>.csv`` (the FOCUS export).
+Each path part is opened relative to the folder above it with
 ``O_NOFOLLOW``, so neither a symlinked file nor a symlinked subfolder is followed, and only after
 ``lstat`` says it is a regular file (a FIFO or a device is never opened). Anything else is refused
 with a short reason, never an exception.
@@ -28,6 +29,10 @@ _LABEL = r"(?!.*\.\.)[A-Za-z0-9_-][A-Za-z0-9_.-]{0,79}"  # what output._safe mak
 _FILE = re.compile(rf"gpuledger-{_LABEL}\.(html|json|md)")
 _FOLDER = re.compile(rf"gpuledger-{_LABEL}-csv")
 _CSV = re.compile(rf"({'|'.join(TABLES)})\.(csv)")
+_FOCUS_FOLDER = re.compile(rf"gpuledger-{_LABEL}-focus")  # analytics.report.focus: <grouping>.csv
+_FOCUS_CSV = re.compile(
+    r"(host|model|gpu|cluster|user|job|namespace|account|partition|qos|label-[A-Za-z0-9_]{1,80})\.(csv)"
+)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _SHOWN = 60  # characters of a refused path shown in the log
@@ -39,6 +44,8 @@ def content_type(rel: str) -> str | None:
     if len(parts) == 1 and (m := _FILE.fullmatch(parts[0])):
         return TYPES[m[1]]
     if len(parts) == 2 and _FOLDER.fullmatch(parts[0]) and (m := _CSV.fullmatch(parts[1])):
+        return TYPES[m[2]]
+    if len(parts) == 2 and _FOCUS_FOLDER.fullmatch(parts[0]) and (m := _FOCUS_CSV.fullmatch(parts[1])):
         return TYPES[m[2]]
     return None
 
