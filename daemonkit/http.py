@@ -12,16 +12,12 @@ descriptors run out, and request text escaped before it reaches a log.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import errno
-import hashlib
 import http.client
 import io
 import json
 import logging
-import os
-import re
 import resource
 import socket
 import ssl
@@ -34,17 +30,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-import bcrypt
-
-from daemonkit.settings import ConfigError
+from daemonkit.auth import BasicAuth
+from daemonkit.tls import tls_context
 
 log = logging.getLogger(__name__)
 
-MAX_BCRYPT_COST = 14
-"""Cost 14 takes about a second per check on a current core; 31 would take days."""
-_BCRYPT = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
-# The digest of a password no one has: checked for unknown users, so a miss costs what a hit does.
-_DUMMY_DIGEST = "N9qo8uLOickgx2ZMRZoMyeIjZAgcfl7p92ldGxad68LJZdL17lhWy"
 MAX_HEADER_BYTES = 65536
 """Request line and headers together; more is answered 431."""
 _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
@@ -94,78 +84,6 @@ def _escape(c: str) -> str:
     return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
-def check_password_hash(hashed: str) -> str:
-    """A configured password hash, or a ValueError saying what is wrong with it: not bcrypt, a
-    cost outside 4-14, a salt or digest bcrypt refuses, or the hash of the empty password."""
-    m = _BCRYPT.match(hashed)
-    if m is None:
-        raise ValueError("must be a bcrypt hash ($2b$...), not plain text")
-    cost = int(m.group(1))
-    if not 4 <= cost <= MAX_BCRYPT_COST:
-        raise ValueError(
-            f"bcrypt cost {cost} is outside 4-{MAX_BCRYPT_COST} (each check costs 2^cost rounds); "
-            "hash again, e.g. htpasswd -nbBC 10 USER PASSWORD"
-        )
-    try:
-        empty = bcrypt.checkpw(b"", hashed.encode())
-    except ValueError as e:
-        raise ValueError(f"is not a valid bcrypt hash ({e})") from None
-    if empty:
-        raise ValueError("is the hash of the empty password")
-    return hashed
-
-
-class BasicAuth:
-    """Checks Basic credentials against bcrypt hashes; remembers credentials that passed so a
-    15-second scrape does not pay bcrypt's deliberate ~100 ms every time.
-
-    An unknown user is checked against a hash of the highest configured cost, so the answer takes
-    as long whether or not the user exists; a password over bcrypt's 72 bytes is refused (after
-    the same work). At most a few checks run at once, so a flood of wrong passwords queues
-    instead of taking every core."""
-
-    def __init__(self, users: Mapping[str, str]) -> None:
-        self._users = {u: h.encode() for u, h in users.items()}
-        costs = [int(m.group(1)) for h in users.values() if (m := _BCRYPT.match(h))]
-        self._dummy = f"$2b${max(costs, default=4):02d}${_DUMMY_DIGEST}".encode()
-        self._ok: set[bytes] = set()
-        self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(max(1, (os.cpu_count() or 2) // 2))
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._users)
-
-    def check(self, header: str | None) -> bool:
-        if not self._users:
-            return True
-        if not header or not header.startswith("Basic ") or len(header) > 1024:
-            return False
-        try:
-            user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        secret = password.encode()
-        hashed = self._users.get(user)
-        key = hashlib.sha256(user.encode() + b"\0" + secret + b"\0" + (hashed or b"")).digest()
-        with self._lock:
-            if hashed is not None and key in self._ok:
-                return True
-        fits = len(secret) <= 72 and b"\0" not in secret
-        with self._slots:
-            try:
-                ok = bcrypt.checkpw(secret if fits else b"", hashed or self._dummy)
-            except ValueError:
-                ok = False
-        if not (ok and fits and hashed is not None):
-            return False
-        with self._lock:
-            if len(self._ok) > 1024:
-                self._ok.clear()
-            self._ok.add(key)
-        return True
-
-
 def raise_fd_limit() -> int:
     """Raise the soft descriptor limit to the hard one (systemd's default soft limit is 1,024);
     returns the soft limit now in effect."""
@@ -185,46 +103,6 @@ def connection_limit(wanted: int, fd_soft_limit: int) -> int:
     if fd_soft_limit == resource.RLIM_INFINITY or fd_soft_limit <= 0:
         return wanted
     return min(wanted, max(4, fd_soft_limit - max(32, fd_soft_limit // 4)))
-
-
-def tls_context(cert_file: str, key_file: str | None) -> ssl.SSLContext:
-    """A server context for the pair, or a ConfigError naming ``web.tls_cert_file`` or
-    ``web.tls_key_file``: unreadable, not PEM, encrypted (no prompt: a daemon has no TTY), or a
-    key that does not match the certificate."""
-    key_file = key_file or cert_file
-    for name, path in (("tls_cert_file", cert_file), ("tls_key_file", key_file)):
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as e:
-            raise ConfigError(f"web.{name}: cannot read {path}: {e.strerror or e}") from None
-    try:
-        ssl.create_default_context(cafile=cert_file)
-    except ssl.SSLError as e:
-        raise ConfigError(f"web.tls_cert_file: {cert_file} is not a PEM certificate ({e.reason or e})") from None
-
-    def no_prompt() -> bytes:
-        raise _EncryptedKey
-
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(cert_file, key_file, password=no_prompt)
-    except _EncryptedKey:
-        raise ConfigError(
-            f"web.tls_key_file: {key_file} is encrypted (passphrase-protected); the daemon cannot prompt: "
-            "decrypt it (openssl pkey -in KEY -out PLAIN) and keep it readable by the daemon only"
-        ) from None
-    except ssl.SSLError as e:
-        what = "does not match web.tls_cert_file" if "KEY_VALUES_MISMATCH" in str(e) else "is not a PEM private key"
-        raise ConfigError(f"web.tls_key_file: {key_file} {what} ({e.reason or e})") from None
-    except OSError as e:
-        raise ConfigError(f"web.tls_key_file: cannot load {key_file}: {e.strerror or e}") from None
-    return ctx
-
-
-class _EncryptedKey(Exception):
-    pass
 
 
 class _HeadersTooLarge(http.client.HTTPException):

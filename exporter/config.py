@@ -17,7 +17,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from pydantic_settings import SettingsConfigDict
 
 from daemonkit import crontab
-from daemonkit.http import check_password_hash
+from daemonkit.auth import check_password_hash
 from daemonkit.settings import LayeredSettings, check_timezone, load_settings, split_listen
 
 DEFAULT_PORT = 10044

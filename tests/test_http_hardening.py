@@ -21,8 +21,8 @@ from typing import Any
 import bcrypt
 import pytest
 
-from daemonkit import http as dhttp
-from daemonkit.http import MetricsServer, WebOptions, check_password_hash, connection_limit, printable, serve
+from daemonkit.auth import BasicAuth, check_password_hash
+from daemonkit.http import MetricsServer, WebOptions, connection_limit, printable, serve
 from daemonkit.settings import ConfigError
 from exporter.config import load
 from tests.support.clock import FakeMonotonic
@@ -362,7 +362,7 @@ def test_an_unknown_user_costs_a_bcrypt_check_of_the_same_cost(monkeypatch: pyte
         return real(password, hashed)
 
     monkeypatch.setattr(bcrypt, "checkpw", spy)
-    auth = dhttp.BasicAuth({"alice": bcrypt.hashpw(b"secret", bcrypt.gensalt(5)).decode()})
+    auth = BasicAuth({"alice": bcrypt.hashpw(b"secret", bcrypt.gensalt(5)).decode()})
     assert not auth.check(_auth("mallory", "secret"))
     assert not auth.check(_auth("alice", "wrong"))
     assert not auth.check(_auth("alice", "x" * 80))
