@@ -29,30 +29,24 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
-from analytics.cost import JOULES_PER_KWH, CostModel, PriceRule, breakeven_utilisation, gpu_co2e, gpu_cost
+from analytics.cost import CostModel, PriceRule, gpu_co2e, gpu_cost
 from analytics.report import judge
+from analytics.report.ledger import Acc, Fig, charge, rest, useful_seconds
 from analytics.report.model import (
     TOP_IDLE,
     TOP_STALLED,
     UNALLOCATED,
     CostRow,
-    DayRow,
-    FailureRow,
     IdleRow,
     PriceRow,
-    QueueRow,
-    RentRow,
     Report,
     StalledRow,
     window_notes,
 )
-from analytics.week_data import JobWeek, WeekData, days
-from exporter.slurm import states
+from analytics.report.week_rows import _daily, _failures, _queue, _rent
+from analytics.week_data import JobWeek, WeekData
 
-_FAILED_NOT_TIMEOUT = frozenset(states.FAILED) - {states.TIMEOUT}  # timeout has its own column
-_NOT_OTHER = frozenset({states.COMPLETED, states.CANCELLED, *states.FAILED})
 NONE = "(none)"  # the key of the jobs (or GPUs) that lack a grouping's attribute
 UNKNOWN_USER = "(unknown)"
 GROUP_BY = ("user", "namespace", "account", "partition", "qos", "cluster")  # [analytics] group_by's default
@@ -86,110 +80,6 @@ def job_attrs(group_by: Sequence[str]) -> list[JobAttr]:
     return out
 
 
-def _useful(busy: float, sm: float | None, stalled: float | None, cost: CostModel) -> float:
-    """SM-active seconds where that is the measure and measured (a stall's SMs are quiet by
-    definition, so it adds almost nothing there); else busy seconds less the stalled ones."""
-    if cost.useful == "sm_active" and sm is not None:
-        return sm
-    return max(0.0, busy - (stalled or 0.0))
-
-
-def _ratio(a: float | None, b: float) -> float | None:
-    return None if a is None or b <= 0 else a / b
-
-
-def _sum(values: Iterable[float | None]) -> float | None:
-    vs = list(values)
-    return None if all(v is None for v in vs) else sum(v or 0.0 for v in vs)
-
-
-@dataclass(frozen=True, slots=True)
-class _Fig:
-    """One GPU's (or job's) week, in seconds, joules and money."""
-
-    gpus: int
-    available_s: float
-    sampled_s: float
-    busy_s: float
-    useful_s: float
-    sm_s: float | None
-    alloc_s: float | None
-    idle_s: float | None
-    energy_j: float | None
-    hardware: float
-    energy_cost: float
-    idle_cost: float  # the hardware rate x the hours that were not useful
-    uuids: frozenset[str] = frozenset()  # a job's GPUs: a group counts distinct GPUs
-    stalled_s: float | None = None
-    stalled_cost: float = 0.0  # the rate x the stalled hours (part of idle_cost: stalled is not useful)
-    co2e_kg: float | None = None  # energy x PUE x grid intensity; None: no intensity or no energy
-
-
-class _Acc:
-    """Adds GPUs (or jobs) up into one CostRow."""
-
-    def __init__(self) -> None:
-        self.gpus = 0
-        self.available = self.sampled = self.busy = self.useful = 0.0
-        self.sm: list[float | None] = []
-        self.alloc: list[float | None] = []
-        self.idle: list[float | None] = []
-        self.energy: list[float | None] = []
-        self.stalled: list[float | None] = []
-        self.co2e: list[float | None] = []
-        self.hardware = self.energy_cost = self.idle_cost = self.stalled_cost = 0.0
-        self.uuids: set[str] = set()
-
-    def add(self, f: _Fig) -> None:
-        self.gpus += f.gpus
-        self.uuids |= f.uuids
-        self.available += f.available_s
-        self.sampled += f.sampled_s
-        self.busy += f.busy_s
-        self.useful += f.useful_s
-        self.sm.append(f.sm_s)
-        self.alloc.append(f.alloc_s)
-        self.idle.append(f.idle_s)
-        self.energy.append(f.energy_j)
-        self.stalled.append(f.stalled_s)
-        self.co2e.append(f.co2e_kg)
-        self.hardware += f.hardware
-        self.energy_cost += f.energy_cost
-        self.idle_cost += f.idle_cost
-        self.stalled_cost += f.stalled_cost
-
-    def row(self, group: str, key: str, min_useful_h: float = 0.0) -> CostRow:
-        h = 3600.0
-        useful_h = self.useful / h
-        sm = _sum(self.sm)
-        total = self.hardware + self.energy_cost
-        energy = _sum(self.energy)
-        stalled = _sum(self.stalled)
-        return CostRow(
-            group=group,
-            key=key,
-            gpus=self.gpus + len(self.uuids),
-            available_gpu_hours=self.available / h,
-            sampled_gpu_hours=self.sampled / h,
-            busy_gpu_hours=self.busy / h,
-            sm_active_gpu_hours=None if sm is None else sm / h,
-            useful_gpu_hours=self.useful / h,
-            utilization=_ratio(self.busy, self.sampled),
-            sm_activity=_ratio(sm, self.sampled),
-            allocated_gpu_hours=None if (a := _sum(self.alloc)) is None else a / h,
-            allocated_idle_gpu_hours=None if (i := _sum(self.idle)) is None else i / h,
-            energy_kwh=None if energy is None else energy / JOULES_PER_KWH,
-            energy_cost=self.energy_cost,
-            hardware_cost=self.hardware,
-            total_cost=total,
-            cost_per_useful_gpu_hour=total / useful_h if useful_h > 0 and useful_h >= min_useful_h else None,
-            idle_cost=self.idle_cost,
-            coverage=self.sampled / self.available if self.available > 0 else 0.0,
-            stalled_gpu_hours=None if stalled is None else stalled / h,
-            co2e_kg=_sum(self.co2e),
-        )
-
-
 def build(
     data: WeekData,
     cost: CostModel,
@@ -210,9 +100,9 @@ def build(
     start = min(first, w.end) if first is not None and clipped else w.start
     end = max(start, min(w.end, generated))
     charged_s = end - start
-    groups: dict[str, dict[str, _Acc]] = defaultdict(lambda: defaultdict(_Acc))
-    fleet = _Acc()
-    gpu_figs: dict[str, _Fig] = {}
+    groups: dict[str, dict[str, Acc]] = defaultdict(lambda: defaultdict(Acc))
+    fleet = Acc()
+    gpu_figs: dict[str, Fig] = {}
     hourly: dict[str, float] = {}  # uuid -> hardware cost of an hour
     per_joule: dict[str, float] = {}  # uuid -> the GPU's effective energy price (tariff included)
     co2e_per_joule: dict[str, float | None] = {}  # uuid -> kg CO2e per joule (None: no intensity or energy)
@@ -236,8 +126,8 @@ def build(
         if co2e.mean_applied:
             mean_intensity.append(g.uuid)
         co2e_per_joule[g.uuid] = None if co2e.co2e_kg is None else co2e.co2e_kg / g.energy_j if g.energy_j else 0.0
-        useful = _useful(g.busy_s, g.sm_active_s, g.stalled_s, cost)
-        fig = _Fig(
+        useful = useful_seconds(g.busy_s, g.sm_active_s, g.stalled_s, cost)
+        fig = Fig(
             gpus=1,
             available_s=charged_s,
             sampled_s=g.sampled_s,
@@ -263,11 +153,11 @@ def build(
     on_gpu: dict[str, list[JobWeek]] = defaultdict(list)
     for j in data.jobs:
         on_gpu[j.uuid].append(j)
-    unallocated = _Acc()
+    unallocated = Acc()
     for uuid, gpu_fig in gpu_figs.items():
         jobs = on_gpu.get(uuid, [])
-        figs = _charge(jobs, gpu_fig, hourly[uuid], per_joule[uuid], cost, co2e_per_joule[uuid])
-        unallocated.add(_rest(uuid, gpu_fig, figs))
+        figs = charge(jobs, gpu_fig, hourly[uuid], per_joule[uuid], cost, co2e_per_joule[uuid])
+        unallocated.add(rest(uuid, gpu_fig, figs))
         for j, fig in zip(jobs, figs, strict=True):
             _add_job(groups, holders, j, fig, attrs)
     # jobs on a GPU the source has no figures for: nothing to charge them, and their hours are
@@ -359,7 +249,7 @@ def _job_key(j: JobWeek) -> str:
 
 
 def _add_job(
-    groups: dict[str, dict[str, _Acc]], holders: dict[str, tuple[str, str]], j: JobWeek, fig: _Fig, attrs: list[JobAttr]
+    groups: dict[str, dict[str, Acc]], holders: dict[str, tuple[str, str]], j: JobWeek, fig: Fig, attrs: list[JobAttr]
 ) -> None:
     key = _job_key(j)
     for group, attr in attrs:
@@ -369,7 +259,7 @@ def _add_job(
     holders[key] = (user or j.job.user or UNKNOWN_USER, part or j.partition)
 
 
-def _grouping_rows(groups: dict[str, dict[str, _Acc]], chosen: Iterable[str], min_h: float) -> list[CostRow]:
+def _grouping_rows(groups: dict[str, dict[str, Acc]], chosen: Iterable[str], min_h: float) -> list[CostRow]:
     """Each grouping's rows by key, ``(none)`` last; none for a grouping whose only key is ``(none)``
     (no job or GPU has the attribute). A grouping never accumulated (a GPU grouping not chosen) has
     no rows either."""
@@ -380,93 +270,6 @@ def _grouping_rows(groups: dict[str, dict[str, _Acc]], chosen: Iterable[str], mi
             continue
         out += [acc.row(group, key, min_h) for key, acc in sorted(accs.items(), key=lambda kv: (kv[0] == NONE, kv[0]))]
     return out
-
-
-def _scale(total: float, cap: float | None) -> float:
-    """The factor that brings ``total`` down to ``cap`` (1 where it is within it)."""
-    if cap is None or total <= cap or total <= 0:
-        return 1.0
-    return max(0.0, cap) / total
-
-
-def _charge(
-    jobs: list[JobWeek],
-    gpu: _Fig | None,
-    rate: float,
-    per_joule: float,
-    cost: CostModel,
-    co2e_per_joule: float | None = None,
-) -> list[_Fig]:
-    """The jobs on one GPU, charged: each its charged time (or held time) at the GPU's rate, its
-    energy at the GPU's price, and the idle cost of its charged time that was not useful; in each
-    column the jobs together at most what the GPU has (one factor per column, the same for every
-    job on the GPU, where a source's figures overshoot: held times that overlap, counters read
-    at slightly different times). Emissions follow energy: each job its energy x the GPU's kg
-    CO2e per joule (None where the GPU's emissions are not known)."""
-    charged = [j.charged_s if j.charged_s is not None else j.sampled_s for j in jobs]
-    k_time = _scale(sum(charged), gpu.sampled_s if gpu else None)
-    time = [c * k_time for c in charged]
-    k_busy = _scale(sum(j.busy_s for j in jobs), gpu.busy_s if gpu else None)
-    busy = [min(j.busy_s * k_busy, t) for j, t in zip(jobs, time, strict=True)]
-    k_stall = _scale(sum(j.stalled_s or 0.0 for j in jobs), gpu.stalled_s if gpu else None)
-    stalled = [None if j.stalled_s is None else min(j.stalled_s * k_stall, b) for j, b in zip(jobs, busy, strict=True)]
-    k_sm = _scale(sum(j.sm_active_s or 0.0 for j in jobs), gpu.sm_s if gpu else None)
-    sm = [None if j.sm_active_s is None else min(j.sm_active_s * k_sm, t) for j, t in zip(jobs, time, strict=True)]
-    useful = [_useful(b, s, st, cost) for b, s, st in zip(busy, sm, stalled, strict=True)]
-    k_useful = _scale(sum(useful), gpu.useful_s if gpu else None)
-    useful = [u * k_useful for u in useful]
-    k_energy = _scale(sum(j.energy_j for j in jobs), gpu.energy_j if gpu else None)
-    energy = [j.energy_j * k_energy for j in jobs]
-    idle = [rate * max(0.0, t - u) / 3600 for t, u in zip(time, useful, strict=True)]
-    k_idle = _scale(sum(idle), gpu.idle_cost if gpu else None)
-    k_alloc_idle = _scale(sum(j.allocated_idle_s or 0.0 for j in jobs), gpu.idle_s if gpu else None)
-    return [
-        _Fig(
-            gpus=0,
-            available_s=t,
-            sampled_s=t,
-            busy_s=b,
-            useful_s=u,
-            sm_s=s,
-            alloc_s=j.sampled_s,  # held: what the job had, whatever it shared
-            idle_s=None if j.allocated_idle_s is None else j.allocated_idle_s * k_alloc_idle,
-            energy_j=e,
-            hardware=rate * t / 3600,
-            energy_cost=e * per_joule,
-            idle_cost=i * k_idle,
-            uuids=frozenset({j.uuid}),
-            stalled_s=st,
-            stalled_cost=rate * (st or 0.0) / 3600,
-            co2e_kg=None if co2e_per_joule is None else e * co2e_per_joule,
-        )
-        for j, t, b, u, s, e, i, st in zip(jobs, time, busy, useful, sm, energy, idle, stalled, strict=True)
-    ]
-
-
-def _rest(uuid: str, gpu: _Fig, jobs: list[_Fig]) -> _Fig:
-    """What of one GPU no job was charged: the GPU less its jobs, column by column."""
-
-    def less(v: float | None, parts: Iterable[float | None]) -> float | None:
-        return None if v is None else v - sum(p or 0.0 for p in parts)
-
-    time = less(gpu.available_s, (f.available_s for f in jobs)) or 0.0
-    return _Fig(
-        gpus=0,
-        available_s=time,
-        sampled_s=less(gpu.sampled_s, (f.sampled_s for f in jobs)) or 0.0,
-        busy_s=less(gpu.busy_s, (f.busy_s for f in jobs)) or 0.0,
-        useful_s=less(gpu.useful_s, (f.useful_s for f in jobs)) or 0.0,
-        sm_s=less(gpu.sm_s, (f.sm_s for f in jobs)),
-        alloc_s=None,
-        idle_s=None,
-        energy_j=less(gpu.energy_j, (f.energy_j for f in jobs)),
-        hardware=gpu.hardware - sum(f.hardware for f in jobs),
-        energy_cost=gpu.energy_cost - sum(f.energy_cost for f in jobs),
-        idle_cost=gpu.idle_cost - sum(f.idle_cost for f in jobs),
-        uuids=frozenset({uuid}) if time > 0 else frozenset(),
-        stalled_s=less(gpu.stalled_s, (f.stalled_s for f in jobs)),
-        co2e_kg=less(gpu.co2e_kg, (f.co2e_kg for f in jobs)),
-    )
 
 
 def _orphan_note(uuids: list[str], on_gpu: dict[str, list[JobWeek]]) -> list[str]:
@@ -486,7 +289,7 @@ def _carbon_approximations(uuids: list[str]) -> list[str]:
     ]
 
 
-def _stalled_jobs(jobs: dict[str, _Acc], holders: dict[str, tuple[str, str]]) -> list[StalledRow]:
+def _stalled_jobs(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]]) -> list[StalledRow]:
     """The jobs with the most stalled GPU-hours, worst first."""
     rows = [
         StalledRow(holders[key][0], key, holders[key][1], len(acc.uuids), stalled / 3600, acc.stalled_cost)
@@ -496,7 +299,7 @@ def _stalled_jobs(jobs: dict[str, _Acc], holders: dict[str, tuple[str, str]]) ->
     return sorted(rows, key=lambda r: (-r.stalled_gpu_hours, r.job))[:TOP_STALLED]
 
 
-def _idle_holders(jobs: dict[str, _Acc], holders: dict[str, tuple[str, str]]) -> list[IdleRow]:
+def _idle_holders(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]]) -> list[IdleRow]:
     """The jobs that held GPUs idle, worst (highest idle cost) first: whatever their total cost."""
     rows = [
         IdleRow(
@@ -511,68 +314,3 @@ def _idle_holders(jobs: dict[str, _Acc], holders: dict[str, tuple[str, str]]) ->
         if acc.sampled > acc.useful
     ]
     return sorted(rows, key=lambda r: (-r.idle_cost, -r.idle_gpu_hours, r.job))[:TOP_IDLE]
-
-
-def _daily(data: WeekData) -> list[DayRow]:
-    out = []
-    for i, day in enumerate(days(data.window)):
-        per = [g.daily[i] for g in data.gpus if i < len(g.daily)]
-        energy = _sum(d.energy_j for d in per)
-        sampled, busy = sum(d.sampled_s for d in per), sum(d.busy_s for d in per)
-        out.append(DayRow(day.date, sampled / 3600, busy / 3600, None if energy is None else energy / JOULES_PER_KWH))
-    return out
-
-
-def _queue(data: WeekData) -> list[QueueRow]:
-    return [
-        QueueRow(
-            q.partition,
-            q.source,
-            q.started,
-            q.wait_mean,
-            q.wait_p50,
-            q.wait_p95,
-            q.wait_max,
-            q.wait_max_is_bound,
-            q.pending_gpu_hours,
-        )
-        for q in data.queue
-    ]
-
-
-def _failures(data: WeekData) -> list[FailureRow]:
-    """The columns split the finished jobs by ``exporter.slurm.states``: failed + timeout is what
-    the dashboards' failed share counts; other is every state neither completed, cancelled nor
-    failed (PREEMPTED, or one a later Slurm adds)."""
-    out = []
-    for f in data.failures:
-        s = f.finished
-        row = FailureRow(
-            partition=f.partition,
-            completed=s.get(states.COMPLETED, 0),
-            failed=sum(n for state, n in s.items() if state in _FAILED_NOT_TIMEOUT),
-            cancelled=s.get(states.CANCELLED, 0),
-            timeout=s.get(states.TIMEOUT, 0),
-            other=sum(n for state, n in s.items() if state not in _NOT_OTHER),
-            requeued=f.requeued,
-            failed_gpu_hours=f.failed_gpu_hours,
-        )
-        out.append(row)
-    return out
-
-
-def _rent(data: WeekData, cost: CostModel, rows: list[CostRow]) -> list[RentRow]:
-    models = {r.key: r for r in rows if r.group == "model"}
-    out = []
-    for model, row in sorted(models.items()):
-        host = next((g.host for g in data.gpus if g.model == model), "")
-        rule = cost.rule_for(model, host)
-        if rule is None or rule.kind != "owned":
-            continue
-        energy_per_busy = row.energy_cost / row.busy_gpu_hours if row.busy_gpu_hours > 0 else 0.0
-        cloud = rule.cloud_reference_per_gpu_hour
-        breakeven = breakeven_utilisation(rule, cloud, energy_per_busy) if cloud is not None else None
-        # renting would be needed for the hours the GPU was busy, whatever the useful measure
-        util = row.busy_gpu_hours / row.available_gpu_hours if row.available_gpu_hours > 0 else None
-        out.append(judge.rent_row(model, rule.hourly(), energy_per_busy, cloud, breakeven, util))
-    return out

@@ -1,0 +1,203 @@
+"""The ledger's arithmetic: one GPU's (or job's) figures, their sums into a cost row, and
+chargeback on one GPU (each job charged its share, the jobs together never more than the GPU,
+the rest unallocated). ``analytics.report.build`` applies it to a window's GPUs and jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from analytics.cost import JOULES_PER_KWH, CostModel
+from analytics.report.model import CostRow
+from analytics.week_data import JobWeek
+
+
+def useful_seconds(busy: float, sm: float | None, stalled: float | None, cost: CostModel) -> float:
+    """SM-active seconds where that is the measure and measured (a stall's SMs are quiet by
+    definition, so it adds almost nothing there); else busy seconds less the stalled ones."""
+    if cost.useful == "sm_active" and sm is not None:
+        return sm
+    return max(0.0, busy - (stalled or 0.0))
+
+
+def ratio(a: float | None, b: float) -> float | None:
+    return None if a is None or b <= 0 else a / b
+
+
+def sum_known(values: Iterable[float | None]) -> float | None:
+    vs = list(values)
+    return None if all(v is None for v in vs) else sum(v or 0.0 for v in vs)
+
+
+@dataclass(frozen=True, slots=True)
+class Fig:
+    """One GPU's (or job's) week, in seconds, joules and money."""
+
+    gpus: int
+    available_s: float
+    sampled_s: float
+    busy_s: float
+    useful_s: float
+    sm_s: float | None
+    alloc_s: float | None
+    idle_s: float | None
+    energy_j: float | None
+    hardware: float
+    energy_cost: float
+    idle_cost: float  # the hardware rate x the hours that were not useful
+    uuids: frozenset[str] = frozenset()  # a job's GPUs: a group counts distinct GPUs
+    stalled_s: float | None = None
+    stalled_cost: float = 0.0  # the rate x the stalled hours (part of idle_cost: stalled is not useful)
+    co2e_kg: float | None = None  # energy x PUE x grid intensity; None: no intensity or no energy
+
+
+class Acc:
+    """Adds GPUs (or jobs) up into one CostRow."""
+
+    def __init__(self) -> None:
+        self.gpus = 0
+        self.available = self.sampled = self.busy = self.useful = 0.0
+        self.sm: list[float | None] = []
+        self.alloc: list[float | None] = []
+        self.idle: list[float | None] = []
+        self.energy: list[float | None] = []
+        self.stalled: list[float | None] = []
+        self.co2e: list[float | None] = []
+        self.hardware = self.energy_cost = self.idle_cost = self.stalled_cost = 0.0
+        self.uuids: set[str] = set()
+
+    def add(self, f: Fig) -> None:
+        self.gpus += f.gpus
+        self.uuids |= f.uuids
+        self.available += f.available_s
+        self.sampled += f.sampled_s
+        self.busy += f.busy_s
+        self.useful += f.useful_s
+        self.sm.append(f.sm_s)
+        self.alloc.append(f.alloc_s)
+        self.idle.append(f.idle_s)
+        self.energy.append(f.energy_j)
+        self.stalled.append(f.stalled_s)
+        self.co2e.append(f.co2e_kg)
+        self.hardware += f.hardware
+        self.energy_cost += f.energy_cost
+        self.idle_cost += f.idle_cost
+        self.stalled_cost += f.stalled_cost
+
+    def row(self, group: str, key: str, min_useful_h: float = 0.0) -> CostRow:
+        h = 3600.0
+        useful_h = self.useful / h
+        sm = sum_known(self.sm)
+        total = self.hardware + self.energy_cost
+        energy = sum_known(self.energy)
+        stalled = sum_known(self.stalled)
+        return CostRow(
+            group=group,
+            key=key,
+            gpus=self.gpus + len(self.uuids),
+            available_gpu_hours=self.available / h,
+            sampled_gpu_hours=self.sampled / h,
+            busy_gpu_hours=self.busy / h,
+            sm_active_gpu_hours=None if sm is None else sm / h,
+            useful_gpu_hours=self.useful / h,
+            utilization=ratio(self.busy, self.sampled),
+            sm_activity=ratio(sm, self.sampled),
+            allocated_gpu_hours=None if (a := sum_known(self.alloc)) is None else a / h,
+            allocated_idle_gpu_hours=None if (i := sum_known(self.idle)) is None else i / h,
+            energy_kwh=None if energy is None else energy / JOULES_PER_KWH,
+            energy_cost=self.energy_cost,
+            hardware_cost=self.hardware,
+            total_cost=total,
+            cost_per_useful_gpu_hour=total / useful_h if useful_h > 0 and useful_h >= min_useful_h else None,
+            idle_cost=self.idle_cost,
+            coverage=self.sampled / self.available if self.available > 0 else 0.0,
+            stalled_gpu_hours=None if stalled is None else stalled / h,
+            co2e_kg=sum_known(self.co2e),
+        )
+
+
+def scale_to(total: float, cap: float | None) -> float:
+    """The factor that brings ``total`` down to ``cap`` (1 where it is within it)."""
+    if cap is None or total <= cap or total <= 0:
+        return 1.0
+    return max(0.0, cap) / total
+
+
+def charge(
+    jobs: list[JobWeek],
+    gpu: Fig | None,
+    rate: float,
+    per_joule: float,
+    cost: CostModel,
+    co2e_per_joule: float | None = None,
+) -> list[Fig]:
+    """The jobs on one GPU, charged: each its charged time (or held time) at the GPU's rate, its
+    energy at the GPU's price, and the idle cost of its charged time that was not useful; in each
+    column the jobs together at most what the GPU has (one factor per column, the same for every
+    job on the GPU, where a source's figures overshoot: held times that overlap, counters read
+    at slightly different times). Emissions follow energy: each job its energy x the GPU's kg
+    CO2e per joule (None where the GPU's emissions are not known)."""
+    charged = [j.charged_s if j.charged_s is not None else j.sampled_s for j in jobs]
+    k_time = scale_to(sum(charged), gpu.sampled_s if gpu else None)
+    time = [c * k_time for c in charged]
+    k_busy = scale_to(sum(j.busy_s for j in jobs), gpu.busy_s if gpu else None)
+    busy = [min(j.busy_s * k_busy, t) for j, t in zip(jobs, time, strict=True)]
+    k_stall = scale_to(sum(j.stalled_s or 0.0 for j in jobs), gpu.stalled_s if gpu else None)
+    stalled = [None if j.stalled_s is None else min(j.stalled_s * k_stall, b) for j, b in zip(jobs, busy, strict=True)]
+    k_sm = scale_to(sum(j.sm_active_s or 0.0 for j in jobs), gpu.sm_s if gpu else None)
+    sm = [None if j.sm_active_s is None else min(j.sm_active_s * k_sm, t) for j, t in zip(jobs, time, strict=True)]
+    useful = [useful_seconds(b, s, st, cost) for b, s, st in zip(busy, sm, stalled, strict=True)]
+    k_useful = scale_to(sum(useful), gpu.useful_s if gpu else None)
+    useful = [u * k_useful for u in useful]
+    k_energy = scale_to(sum(j.energy_j for j in jobs), gpu.energy_j if gpu else None)
+    energy = [j.energy_j * k_energy for j in jobs]
+    idle = [rate * max(0.0, t - u) / 3600 for t, u in zip(time, useful, strict=True)]
+    k_idle = scale_to(sum(idle), gpu.idle_cost if gpu else None)
+    k_alloc_idle = scale_to(sum(j.allocated_idle_s or 0.0 for j in jobs), gpu.idle_s if gpu else None)
+    return [
+        Fig(
+            gpus=0,
+            available_s=t,
+            sampled_s=t,
+            busy_s=b,
+            useful_s=u,
+            sm_s=s,
+            alloc_s=j.sampled_s,  # held: what the job had, whatever it shared
+            idle_s=None if j.allocated_idle_s is None else j.allocated_idle_s * k_alloc_idle,
+            energy_j=e,
+            hardware=rate * t / 3600,
+            energy_cost=e * per_joule,
+            idle_cost=i * k_idle,
+            uuids=frozenset({j.uuid}),
+            stalled_s=st,
+            stalled_cost=rate * (st or 0.0) / 3600,
+            co2e_kg=None if co2e_per_joule is None else e * co2e_per_joule,
+        )
+        for j, t, b, u, s, e, i, st in zip(jobs, time, busy, useful, sm, energy, idle, stalled, strict=True)
+    ]
+
+
+def rest(uuid: str, gpu: Fig, jobs: list[Fig]) -> Fig:
+    """What of one GPU no job was charged: the GPU less its jobs, column by column."""
+
+    def less(v: float | None, parts: Iterable[float | None]) -> float | None:
+        return None if v is None else v - sum(p or 0.0 for p in parts)
+
+    time = less(gpu.available_s, (f.available_s for f in jobs)) or 0.0
+    return Fig(
+        gpus=0,
+        available_s=time,
+        sampled_s=less(gpu.sampled_s, (f.sampled_s for f in jobs)) or 0.0,
+        busy_s=less(gpu.busy_s, (f.busy_s for f in jobs)) or 0.0,
+        useful_s=less(gpu.useful_s, (f.useful_s for f in jobs)) or 0.0,
+        sm_s=less(gpu.sm_s, (f.sm_s for f in jobs)),
+        alloc_s=None,
+        idle_s=None,
+        energy_j=less(gpu.energy_j, (f.energy_j for f in jobs)),
+        hardware=gpu.hardware - sum(f.hardware for f in jobs),
+        energy_cost=gpu.energy_cost - sum(f.energy_cost for f in jobs),
+        idle_cost=gpu.idle_cost - sum(f.idle_cost for f in jobs),
+        uuids=frozenset({uuid}) if time > 0 else frozenset(),
+        stalled_s=less(gpu.stalled_s, (f.stalled_s for f in jobs)),
+        co2e_kg=less(gpu.co2e_kg, (f.co2e_kg for f in jobs)),
+    )
