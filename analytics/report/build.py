@@ -242,7 +242,7 @@ def build(
     )
 
 
-def _job_key(j: JobWeek) -> str:
+def job_key(j: JobWeek) -> str:
     if j.job.job_id:
         return j.job.job_id
     return f"{j.job.namespace}/{j.job.pod}" if j.job.pod else f"{j.job.user or '?'} (no job)"
@@ -251,7 +251,7 @@ def _job_key(j: JobWeek) -> str:
 def _add_job(
     groups: dict[str, dict[str, Acc]], holders: dict[str, tuple[str, str]], j: JobWeek, fig: Fig, attrs: list[JobAttr]
 ) -> None:
-    key = _job_key(j)
+    key = job_key(j)
     for group, attr in attrs:
         groups[group][attr(j)].add(fig)
     groups["job"][key].add(fig)

@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analytics.config import FullSettings
+from analytics.report.build import job_key
 from analytics.report.model import CostRow
 from analytics.sources import Source
 from analytics.statements.advice import efficiencies, scaling_advice
 from analytics.statements.locate import job_span
-from analytics.statements.read import job_key, read
+from analytics.statements.read import read
 from analytics.week_data import JobWeek, Window
 
 MOSTLY_IDLE = 0.20  # busy under this share of the charged time: mostly idle

@@ -7,11 +7,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 from analytics.config import FullSettings
-from analytics.report.build import _job_key, build
+from analytics.report.build import build
 from analytics.report.model import CostRow, Report
 from analytics.sources import Source
 from analytics.sources.promapi import PromAPI
-from analytics.week_data import JobWeek, WeekData, Window
+from analytics.week_data import WeekData, Window
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,3 @@ def read(source: Source, window: Window, s: FullSettings, now: float | None = No
     with api.report() if isinstance(api, PromAPI) else nullcontext():
         data = source.week(window)
     return Read(data, build(data, s.cost, min_coverage=s.analytics.min_coverage, now=now))
-
-
-def job_key(j: JobWeek) -> str:
-    """The key of the job's row in the report (the builder's own)."""
-    return _job_key(j)

@@ -13,11 +13,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from analytics.config import FullSettings
+from analytics.report.build import job_key
 from analytics.report.model import CostRow, Report
 from analytics.sources import Source
 from analytics.statements.advice import efficiencies, scaling_advice
 from analytics.statements.locate import job_states
-from analytics.statements.read import job_key, read
+from analytics.statements.read import read
 from analytics.week_data import JobWeek, Window, iso_week
 from exporter.slurm.states import FAILED
 
