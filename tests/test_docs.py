@@ -57,3 +57,37 @@ def test_the_cost_model_worked_example_is_what_the_code_computes() -> None:
     }
     for step, value in shown.items():
         assert rows.get(step) == value, (step, rows.get(step), value)
+
+
+def test_values_in_the_prose_docs_are_generated_from_the_code() -> None:
+    from gpuledger import docvalues
+
+    seen: set[str] = set()
+    for page in docvalues.pages(REPO):
+        text = page.read_text()
+        seen |= set(docvalues.marked(text))
+        assert text == docvalues.render(text), f"{page.name} is stale: python -m gpuledger.docvalues"
+    assert seen == set(docvalues.VALUES), f"values no page shows: {set(docvalues.VALUES) - seen}"
+
+
+def test_the_history_values_are_the_schemas() -> None:
+    from exporter.history import schema
+    from gpuledger import docvalues
+
+    assert docvalues.VALUES["history_user_version"]() == str(schema.SCHEMA_VERSION)
+    tables = docvalues.VALUES["history_tables"]()
+    assert "`gpu_minutes(uuid, minute, " in tables and "stalled_seconds" in tables and "sqlite_" not in tables
+    for v in range(1, schema.SCHEMA_VERSION + 1):  # every version's file is committed, as the page says
+        assert (REPO / "tests" / "data" / f"history-v{v}.sqlite").is_file()
+
+
+def test_a_stale_value_is_rewritten_and_an_unknown_one_refused() -> None:
+    import pytest
+
+    from gpuledger import docvalues
+
+    assert docvalues.render("v<!-- value: history_user_version -->1<!-- /value -->.") != (
+        "v<!-- value: history_user_version -->1<!-- /value -->."
+    )
+    with pytest.raises(KeyError, match="unknown doc value"):
+        docvalues.render("<!-- value: nope -->x<!-- /value -->")
