@@ -15,17 +15,14 @@ import math
 import sys
 import time
 from collections.abc import Mapping
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from analytics import report as rpt
 from analytics.config import FullSettings, overrides_from
 from analytics.pipeline import describe, make_report, make_source, out_dir
-from analytics.report.output import focus_dir, write_atomic
 from analytics.sources import Source, SourceUnavailable
-from analytics.sources.promapi import PromAPI
-from analytics.week_data import WeekData, Window, iso_week, last_full_week
+from analytics.week_data import Window, iso_week, last_full_week
 from daemonkit.argcheck import writable_dir
 from daemonkit.settings import ConfigError, load_settings
 from daemonkit.signals import wait_for_signal
@@ -152,24 +149,11 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def _write_focus(source: Source, window: Window, s: FullSettings, folder: Path) -> list[Path]:
-    """The FOCUS files of ``window``: a report per local day, each day's queries under one deadline."""
-    from analytics.report.focus import day_reports, to_focus
+    """The FOCUS files of ``window``: a report per local day (analytics.focus_files, which the
+    daemon's daily export shares)."""
+    from analytics.focus_files import write_window
 
-    api = getattr(source, "api", None)
-
-    def day(w: Window) -> WeekData:
-        with api.report() if isinstance(api, PromAPI) else nullcontext():
-            return source.week(w)
-
-    a = s.analytics
-    reports = day_reports(day, window, s.cost, group_by=a.group_by, min_coverage=a.min_coverage)
-    sub = focus_dir(folder, window.label)
-    sub.mkdir(exist_ok=True)
-    written = []
-    for name, text in to_focus(reports, window).items():
-        write_atomic(sub / name, text)
-        written.append(sub / name)
-    return written
+    return write_window(source, window, s, folder)
 
 
 def add_analytics_arguments(p: argparse.ArgumentParser) -> None:

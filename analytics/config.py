@@ -218,6 +218,31 @@ class StatementsSettings(_Section):
         return crontab.check(v)
 
 
+class FocusSettings(_Section):
+    enabled: bool = Field(
+        False,
+        description="the analytics daemon writes yesterday's FOCUS 1.0 CSV (gpuledger report --focus's rows) "
+        "each day: daily files, as cloud providers deliver FOCUS data, each one finished local day, final once "
+        "written (never rewritten: an import that loads each new file once neither misses nor double counts a "
+        "cost), with BillingPeriod the calendar month (the invoice period) and ChargePeriod the day",
+    )
+    dir: Path = Field(
+        Path("focus"),
+        description="where the files are written: <grouping>/<grouping>-<YYYY-MM-DD>.csv, a folder per grouping "
+        "(import one folder: each sums to the fleet, two would count it twice); not served",
+    )
+    cron: str = Field(
+        "15 0 * * *",
+        description="when the daemon writes yesterday's files (crontab, in [analytics] timezone; daily: a run "
+        "writes only yesterday, and a start writes it when it is missing)",
+    )
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        return crontab.check(v)
+
+
 class BudgetRule(_Section):
     group: str = Field(description=f"the grouping: {', '.join(GROUPINGS)}, or label:<name> for one of pod_labels")
     key: str = Field(min_length=1, description="the group's key in the report (a user, an account, a cluster...)")
@@ -273,6 +298,7 @@ class FullSettings(Settings):
     cost: CostModel = Field(default_factory=CostModel)  # type: ignore[assignment]
     statements: StatementsSettings = Field(default_factory=StatementsSettings)  # type: ignore[assignment]
     budgets: BudgetsSettings = Field(default_factory=BudgetsSettings)  # type: ignore[assignment]
+    focus: FocusSettings = Field(default_factory=FocusSettings)  # type: ignore[assignment]
 
     @model_validator(mode="after")
     def _budget_labels(self) -> FullSettings:

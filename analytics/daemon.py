@@ -1,5 +1,7 @@
 """``gpuledger analytics``: writes last week's report on a cron, refreshes the rolling 7 days
 hourly, and serves both as gauges on its own /metrics, with the reports themselves under /reports/.
+Enabled, it also writes last month's statements on the 1st ([statements]) and yesterday's FOCUS
+files each day ([focus], analytics.focus_files).
 
 A source that fails is logged and counted (``gpuledger_analytics_runs_total{result="error"}``);
 the figures served stay those of the last good run, with their generation time, and /healthz
@@ -29,6 +31,7 @@ from prometheus_client.registry import CollectorRegistry
 from analytics import budgets
 from analytics import report as rpt
 from analytics.config import FullSettings
+from analytics.focus_files import daily_missing, write_daily
 from analytics.metrics import BudgetCollector, ReportCollector, RunsCollector
 from analytics.pipeline import make_report, make_source, out_dir
 from analytics.report import served
@@ -143,6 +146,23 @@ class Analytics:
         self._count("statements", "ok" if files else "no_data")
         return files
 
+    def focus(self) -> list[Path]:
+        """Write yesterday's FOCUS files ([focus]); a failure is logged (one line, the reason) and
+        counted (task focus), and the next run is the next day's."""
+        try:
+            files = write_daily(self.source, self.s, self.clock())
+        except SourceUnavailable as e:
+            log.error("FOCUS export: source unavailable: %s", e)
+            self._count("focus", "error")
+            return []
+        except OSError as e:
+            where = f" ({e.filename})" if e.filename else ""
+            log.error("FOCUS export: cannot write in %s: %s%s", self.s.focus.dir, e.strerror or e, where)
+            self._count("focus", "error")
+            return []
+        self._count("focus", "ok" if files else "no_data")
+        return files
+
     def refresh(self) -> rpt.Report | None:
         """Rebuild the rolling 7-day figures (the week up to the current minute). None when the
         source failed or has no GPU data in those 7 days (then it is tried again in a minute)."""
@@ -242,6 +262,17 @@ class Analytics:
                 max_instances=1,
                 coalesce=True,
             )
+        if self.s.focus.enabled:  # yesterday's FOCUS files, daily; now, when they are missing
+            self.scheduler.add_job(
+                self.focus,
+                cron_trigger(self.s.focus.cron, timezone=tz),
+                id="focus",
+                misfire_grace_time=6 * 3600,
+                max_instances=1,
+                coalesce=True,
+            )
+            if catch_up and daily_missing(self.s, self.clock()):
+                self.scheduler.add_job(self.focus, id="focus-catch-up", next_run_time=_now(tz))
         self.scheduler.start()
         serve(self.server, name="gpuledger-analytics-http")
         log.info(

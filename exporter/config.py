@@ -247,6 +247,7 @@ class Settings(LayeredSettings):
     cost: dict[str, Any] = Field(default_factory=dict)
     statements: dict[str, Any] = Field(default_factory=dict)
     budgets: dict[str, Any] = Field(default_factory=dict)
+    focus: dict[str, Any] = Field(default_factory=dict)
 
 
 def load(config_file: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:

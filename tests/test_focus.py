@@ -7,8 +7,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from analytics.report.focus import COLUMNS, day_reports, file_name, to_focus
 from analytics.report.served import content_type
 from analytics.week_data import GpuWeek, JobWeek, WeekData, Window, iso_week
 from exporter.attribution.shares import JobKey
+from tests.support.focus_validator import validate
 
 WEEK = iso_week("2026-W48")
 AFTER = WEEK.end + 3600  # every hour charged
@@ -106,51 +105,14 @@ def test_days_without_data_are_left_out() -> None:
     assert rows[-1]["ChargePeriodEnd"] == "2026-11-25T12:00:00Z"  # only the hours that elapsed
 
 
-# focus-validator 1.0.0 pins numpy < 2 (pandera 0.17), which the project's environment is not, so it
-# runs in its own: GPULEDGER_FOCUS_PYTHON, or .venv/focus (python -m venv .venv/focus &&
-# .venv/focus/bin/pip install focus-validator "multimethod<2"). It reads its currency codes from a
-# path relative to site-packages, so it runs there (as its own CLI does).
-VALIDATE = """
-import json, os, sys
-import focus_validator
-os.chdir(os.path.dirname(os.path.dirname(focus_validator.__file__)))
-from focus_validator.data_loaders.data_loader import DataLoader
-from focus_validator.rules.spec_rules import SpecRules
-from focus_validator.validator import DEFAULT_VERSION_SETS_PATH
-out = {}
-for path in sys.argv[1:]:
-    rules = SpecRules(None, DEFAULT_VERSION_SETS_PATH, "1.0", None)
-    rules.load()
-    result = rules.validate(DataLoader(path).load())
-    out[path] = {k: v.status.value for k, v in result.checklist.items()}
-print(json.dumps(out))
-"""
-
-
-def _validator_python() -> str:
-    py = os.environ.get("GPULEDGER_FOCUS_PYTHON") or str(Path(__file__).parents[1] / ".venv/focus/bin/python")
-    if not Path(py).exists() or subprocess.run([py, "-c", "import focus_validator"], capture_output=True).returncode:
-        why = (
-            f"focus-validator not found ({py}): python -m venv .venv/focus && .venv/focus/bin/pip install "
-            'focus-validator "multimethod<2" (it needs numpy < 2, so not in the project\'s venv)'
-        )
-        if os.environ.get("CI"):  # scripts/test installs it: in CI a missing validator is a failure
-            pytest.fail(why)
-        pytest.skip(why)
-    return py
-
-
 def test_the_finops_validator_passes(files: dict[str, str], tmp_path: Path) -> None:
-    py = _validator_python()
     paths = []
     for name in ("gpu.csv", "user.csv", "cluster.csv", "account.csv"):
         (tmp_path / name).write_text(files[name], encoding="utf-8")
         paths.append(str(tmp_path / name))
     broken = tmp_path / "broken.csv"  # the validator does fail a bad file: a currency that is no ISO code
     broken.write_text(files["gpu.csv"].replace(",USD,", ",US$,"), encoding="utf-8")
-    run = subprocess.run([py, "-c", VALIDATE, *paths, str(broken)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    results = json.loads(run.stdout)
+    results = validate([*map(Path, paths), broken])
     for path in paths:
         failed = {k: v for k, v in results[path].items() if v != "passed"}
         assert len(results[path]) > 100 and not failed, (path, failed)

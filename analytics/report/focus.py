@@ -166,9 +166,12 @@ def _cell(v: object) -> object:
     return neutralise(v) if isinstance(v, str) else v
 
 
-def to_focus(reports: Sequence[Report], window: Window, provider: str = "gpuledger") -> dict[str, str]:
+def to_focus(
+    reports: Sequence[Report], window: Window, provider: str = "gpuledger", *, billing: Window | None = None
+) -> dict[str, str]:
     """File name -> FOCUS CSV text, one file per grouping of the day ``reports`` (of ``window``);
-    job groupings carry each day's unallocated row, so every file sums to the fleet."""
+    job groupings carry each day's unallocated row, so every file sums to the fleet. The billing
+    period is ``billing`` (the daemon's daily files: the calendar month), else ``window``."""
     groupings = list(dict.fromkeys(row.group for r in reports for row in r.rows if row.group != UNALLOCATED))
     out: dict[str, str] = {}
     for grouping in groupings:
@@ -178,7 +181,7 @@ def to_focus(reports: Sequence[Report], window: Window, provider: str = "gpuledg
         for r in reports:
             rows = r.group(grouping) + ([] if grouping in GPU_GROUPINGS else r.group(UNALLOCATED))
             for row in rows:
-                cells = _row(r, row, grouping, window, provider)
+                cells = _row(r, row, grouping, billing or window, provider)
                 w.writerow([_cell(cells.get(c)) for c in COLUMNS])
         out[file_name(grouping)] = buf.getvalue()
     return out
