@@ -1,32 +1,48 @@
-"""The weekly dashboard's budgets section: each [budgets] rule's month-to-date spent against its
+"""The weekly dashboard's budgets sections: each [budgets] rule's month-to-date spent against its
 monthly limit and its linear month-end forecast (``gpuledger_budget_*``, refreshed with the rolling
-figures), per grouping and key. No rows without budgets configured."""
+figures). One row per grouping with a budget (user, account, a pod label...): the row repeats by the
+``group`` variable, the groupings the daemon exports limits for, so a grouping added to [budgets]
+gets its own table and bar gauge without a change here. No rows without budgets configured."""
 
 from __future__ import annotations
 
-from grafana.layout import Dashboard
-from grafana.model import Q, steps
+from grafana.layout import Dashboard, query_var
+from grafana.model import Json, Q, steps
 from grafana.panels import Col, bargauge, table
 
 SPENT, LIMIT, FORECAST = "gpuledger_budget_spent", "gpuledger_budget_limit", "gpuledger_budget_forecast"
 SHARE = steps("green", (0.8, "orange"), (1.0, "red"))  # of the budget: under 80 %, under 100 %, over
+GROUP = "group"  # the variable the row repeats by
+IN_GROUP = '{group=~"$group"}'  # in a repeated row, $group is that row's grouping
+
+
+def group_var() -> Json:
+    return query_var(
+        GROUP,
+        "budget grouping",
+        f"label_values({LIMIT}, group)",
+        "The groupings with a [budgets] rule (every limit is exported, spent or not): the Budgets row "
+        "repeats for each, one row per grouping.",
+    )
 
 
 def add_budgets(d: Dashboard) -> None:
-    d.row("Budgets: this month")
+    d.variables.append(group_var())
+    d.row("Budgets this month: $group")
+    d.panels[-1]["repeat"] = GROUP  # Grafana repeats the row and the panels under it per value
     d.add(
         table(
-            "Budgets: spent vs limit",
-            "Each [budgets] rule this calendar month: spent so far (total cost in its currency, or charged "
-            "GPU-hours), the monthly limit, the linear month-end forecast (spent / the share of the month "
-            "charged so far) and both as shares of the limit. GPULedgerBudgetExceeded and "
-            "GPULedgerBudgetForecastExceeded alert on them.",
+            "Budgets of $group: spent vs limit",
+            "Each [budgets] rule of this grouping this calendar month (one such row per grouping with a "
+            "budget): spent so far (total cost in its currency, or charged GPU-hours), the monthly limit, "
+            "the linear month-end forecast (spent / the share of the month charged so far) and both as "
+            "shares of the limit. GPULedgerBudgetExceeded and GPULedgerBudgetForecastExceeded alert on them.",
             [
-                Col("spent", SPENT, "none"),
-                Col("limit", LIMIT, "none"),
-                Col("forecast", FORECAST, "none"),
-                Col("spent / limit", f"{SPENT} / {LIMIT}", "percentunit", gauge=True, thresholds=SHARE),
-                Col("forecast / limit", f"{FORECAST} / {LIMIT}", "percentunit", thresholds=SHARE),
+                Col("spent", f"{SPENT}{IN_GROUP}", "none"),
+                Col("limit", f"{LIMIT}{IN_GROUP}", "none"),
+                Col("forecast", f"{FORECAST}{IN_GROUP}", "none"),
+                Col("spent / limit", f"{SPENT}{IN_GROUP} / {LIMIT}", "percentunit", gauge=True, thresholds=SHARE),
+                Col("forecast / limit", f"{FORECAST}{IN_GROUP} / {LIMIT}", "percentunit", thresholds=SHARE),
             ],
             ["group", "key", "unit"],
             sort="spent / limit",
@@ -36,9 +52,9 @@ def add_budgets(d: Dashboard) -> None:
     )
     d.add(
         bargauge(
-            "Budget spent by grouping",
-            "Spent so far this month as a share of each budget, per grouping and key (100 % = the limit).",
-            [Q(f"{SPENT} / {LIMIT}", "{{group}} {{key}} ({{unit}})")],
+            "Budget spent: $group",
+            "Spent so far this month as a share of each budget of this grouping, per key (100 % = the limit).",
+            [Q(f"{SPENT}{IN_GROUP} / {LIMIT}", "{{key}} ({{unit}})")],
             "percentunit",
             max_=1,
             decimals=0,

@@ -8,18 +8,31 @@ from __future__ import annotations
 import re
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from analytics.metrics import families
+from analytics.report.build import GROUPINGS
 from analytics.week_data import last_full_week
 from exporter.scrape.table import METRICS
 from tests.support.clock import clock_now
 from tests.support.dashboard_data import backfill_day, history_fleet, missing_states
-from tests.support.dashboard_stack import Stack, dashboard_runs, live_stack, panels, run, variable_values
+from tests.support.dashboard_stack import (
+    Stack,
+    analytics_config,
+    dashboard_runs,
+    live_stack,
+    panels,
+    run,
+    variable_values,
+)
+from tests.support.grafana_repeat import shown
+from tests.support.grafana_vars import RANGE_S, builtins, regex_value, seconds, substitute
 from tests.support.paths import REPO
 
 if str(REPO) not in sys.path:  # grafana/ is no installed package
@@ -204,6 +217,70 @@ def test_template_variables() -> None:
         used = " ".join(exprs(d)) + " ".join(v.get("query", "") for v in variables.values() if v["type"] == "query")
         for name in variables.keys() - {"datasource", "currency"}:  # currency: for titles only
             assert f"${name}" in used, (uid, name, "variable not used by any query")
+
+
+# --- budgets: a row of panels per grouping with a budget ------------------------------------------
+BUDGET_SERIES = re.compile(r"\bgpuledger_budget_(?:spent|limit|forecast)\b(\{[^}]*\})?")
+
+
+def _budget_panels(groupings: list[str]) -> dict[str, list[Json]]:
+    """The weekly dashboard's budget panels as Grafana shows them with these groupings in the
+    ``group`` variable, by the grouping of their repeated row ("" for a panel not repeated)."""
+    out: dict[str, list[Json]] = {}
+    for s in shown(DASHBOARDS["gpuledger-weekly"], {"group": groupings}):
+        if any("gpuledger_budget_" in t["expr"] for t in s.panel["targets"]):
+            out.setdefault(s.scoped.get("group", ""), []).append(s.panel)
+    return out
+
+
+def test_every_grouping_with_a_budget_gets_its_own_panels() -> None:
+    variables = {v["name"]: v for v in DASHBOARDS["gpuledger-weekly"]["templating"]["list"]}
+    group = variables["group"]  # the groupings the daemon exports a limit for: every [budgets] rule's
+    assert group["query"] == "label_values(gpuledger_budget_limit, group)" and group["includeAll"], group
+    groupings = [*GROUPINGS, "label:label_team"]
+    by_group = _budget_panels(groupings)
+    assert set(by_group) == set(groupings), "every budget panel is in the row repeated by $group"
+    for g, ps in by_group.items():
+        assert sorted(p["type"] for p in ps) == ["bargauge", "table"], g
+        for p in ps:
+            for t in p["targets"]:
+                expr = substitute(t["expr"], {"group": regex_value([g], None, False)})
+                selectors = BUDGET_SERIES.findall(expr)  # each series: the row's grouping, or matched to one
+                assert f'{{group=~"{g}"}}' in selectors and set(selectors) <= {f'{{group=~"{g}"}}', ""}, (g, expr)
+
+
+@pytest.mark.integration
+def test_every_grouping_with_a_budget_has_its_own_panel_with_its_data(live: Stack, tmp_path: Path) -> None:
+    """The stack's [budgets] groupings: each is a value of $group, and its row's queries return its
+    budgets and only those."""
+    rules = tomllib.loads(analytics_config(tmp_path, 0).read_text())["budgets"]["rules"]
+    budgeted = {r["group"] for r in rules}
+    assert len(budgeted) >= 2, "the stack needs budgets in two groupings"
+    d = DASHBOARDS["gpuledger-weekly"]
+    values, bad = variable_values(live.prom, d, {"window": "week"}, live.end)
+    assert not bad, bad
+    var = next(v for v in d["templating"]["list"] if v["name"] == "group")
+    m = re.fullmatch(r"label_values\((.+), (\w+)\)", var["query"])
+    assert m, var["query"]
+    selector, label = m.groups()
+    span = {"match[]": selector, "start": f"{live.end - RANGE_S:.0f}", "end": f"{live.end:.0f}"}
+    groups = live.prom.api(f"label/{label}/values", span)["data"]
+    assert budgeted <= set(groups), groups
+    by_group = _budget_panels(groups)
+    for g in budgeted:
+        assert len(by_group.get(g, [])) == 2, (g, "no panels of its own")
+        for p in by_group[g]:
+            b = builtins(p)
+            for t in p["targets"]:
+                expr = substitute(t["expr"], {**values, **b, "group": regex_value([g], None, False)})
+                if t["instant"]:
+                    answer = live.prom.api("query", {"query": expr, "time": f"{live.end:.3f}"})
+                else:
+                    step = f"{seconds(b['__interval']):.0f}"
+                    span = {"start": f"{live.end - RANGE_S:.3f}", "end": f"{live.end:.3f}", "step": step}
+                    answer = live.prom.api("query_range", {"query": expr, **span})
+                got = {r["metric"].get("group") for r in answer["data"]["result"]}
+                assert got == {g}, (g, p["title"], expr, got)
 
 
 # --- provisioning -----------------------------------------------------------------------------------

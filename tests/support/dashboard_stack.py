@@ -129,7 +129,8 @@ grid_intensity_g_per_kwh = 420
 rules = [{{match_model = "H200", purchase_price = 30000, depreciation_years = 5, cloud_reference_per_gpu_hour = 3.5}}]
 
 [budgets]
-rules = [{{group = "user", key = "alice", currency = 50}}, {{group = "user", key = "bob", gpu_hours = 1000}}]
+rules = [{{group = "user", key = "alice", currency = 50}}, {{group = "user", key = "bob", gpu_hours = 1000}},
+         {{group = "partition", key = "gpu", gpu_hours = 500}}]
 """)
     return cfg
 
