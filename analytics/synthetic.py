@@ -231,6 +231,23 @@ def _shifted(f: Fleet, window: Window, offset: float, step: int) -> Fleet:
     return moved
 
 
+def until(f: Fleet, now: float, settled: float, step: int = 60) -> Fleet:
+    """``f`` as its exporters would have recorded it by ``now``: minute and job-minute rows and
+    benchmark rounds before it, jobs that ended before it, and the jobs submitted before ``settled``
+    (the current week's start) whenever they end, so that a finished week reads the same however
+    soon after its end. The generated future is dropped; ``f``'s draws are not: a fleet generated
+    over whole weeks and cut gives the same past for a seed, whatever ``now``."""
+    n = max(0, min(len(next(iter(f.minutes.values()), [])), int((now - f.window.start) // step)))
+    minutes = {u: rows[:n] for u, rows in f.minutes.items()}
+    stalled = {u: rows[:n] for u, rows in f.stalled.items()}
+    spans = {u: [(k, a, min(b, n)) for k, a, b in v if a < n] for u, v in f.job_minutes.items()}
+    jobs = [j for j in f.jobs if j.end < now or j.submit < settled]
+    w = replace(f.window, end=f.window.start + n * step)
+    cut = Fleet(w, f.devices, minutes, jobs, spans, [b for b in f.bench if b.finished < now], Truth(), stalled)
+    cut.truth = _truth(cut, step)
+    return cut
+
+
 def _weekday(t: float) -> int:
     """Monday 0 .. Sunday 6, in UTC (the epoch was a Thursday)."""
     return int(t // 86400 + 3) % 7

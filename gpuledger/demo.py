@@ -3,33 +3,50 @@
 1. Generates a fleet (default 2 hosts x 8 H200) from the shapes in the bundled real H200 capture:
    the two weeks before this one and this week so far, with diurnal load, GPUs held idle, a
    Wednesday queue spike, failed and requeued jobs and nightly benchmarks (``analytics.synthetic``).
+   It is generated over the three whole ISO weeks and cut at now (``fleet_at``), so a seed gives the
+   same weeks at any hour of this week: last week's figures do not depend on the time of day.
 2. Writes it as an embedded history and reports last week from it (HTML, JSON, CSV, Markdown).
-3. Serves it live: an exporter replaying the capture on :10044 and the analytics daemon on :10045
-   (rolling 7-day gauges, prices, the reports under /reports/), until Ctrl-C or ``--duration``.
+3. Serves it live until Ctrl-C, SIGTERM or ``--duration``: the analytics daemon on :10045 over the
+   generated history (rolling 7-day gauges, prices, the reports under /reports/), and on :10044 an
+   exporter that is the fleet's first host, ``gpu-node-01`` with its GPUs (same UUIDs), its readings
+   a replay of the capture from now on (not written to the history).
 
+Without ``--dir`` everything goes in a new temporary folder, removed when the demo ends (normally,
+on Ctrl-C or on SIGTERM); with ``--no-serve`` the reports in it are kept and only the history goes.
 Prices are the example ones unless a config file gives ``[cost]``; the report says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from types import FrameType
 
 from analytics import synthetic
 from analytics.cli import STARTUP_ERRORS, full_settings, start_error
-from analytics.week_data import Window, last_full_week
+from analytics.synthetic import Fleet
+from analytics.week_data import Window, iso_week, iso_week_label, last_full_week
 from daemonkit.argcheck import distinct_listen, writable_dir
 from daemonkit.settings import ConfigError
-from daemonkit.signals import wait_for_signal
 
-WEEK = 7 * 86400
+DESCRIPTION = (
+    "Run the whole product with no GPU: a generated fleet's last week reported, "
+    "its analytics and one of its hosts' exporter served live."
+)
+EPILOG = "Example:\n  gpuledger demo --seed 7"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dir", metavar="DIR", help="where the history and reports go (default: a new temporary folder)")
+    p.description, p.epilog, p.formatter_class = DESCRIPTION, EPILOG, argparse.RawDescriptionHelpFormatter
+    p.add_argument(
+        "--dir", metavar="DIR", help="where the history and reports go, kept (default: a temporary folder, removed)"
+    )
     p.add_argument("--hosts", type=int, default=2, help="hosts in the generated fleet (default 2)")
     p.add_argument("--gpus-per-host", type=int, default=8, help="GPUs per host (default 8)")
     p.add_argument("--seed", type=int, default=7, help="random seed of the fleet (default 7)")
@@ -40,26 +57,76 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="a config file, for [cost] above all")
 
 
+def fleet_at(now: float, timezone: str, hosts: int, gpus_per_host: int, seed: int) -> tuple[Fleet, Window]:
+    """The demo's fleet as recorded by ``now``, and the week it reports (the last whole one).
+
+    Generated over three whole ISO weeks (the two before ``now``'s and its own) and cut at ``now``
+    (``synthetic.until``): for a seed, every week is the same at any ``now`` in the current week.
+    Last week is complete; the current week holds its minutes before ``now`` and its jobs that
+    ended before ``now`` (those still running or pending are not in the history yet, as on a real
+    fleet), and its figures grow as ``now`` does, never changing what was there before."""
+    this = iso_week(iso_week_label(now, timezone), timezone)
+    last = last_full_week(now, timezone)
+    first = last_full_week(last.start, timezone)
+    whole = synthetic.generate(Window(first.start, this.end, "demo", timezone), hosts, gpus_per_host, seed=seed)
+    return synthetic.until(whole, now, this.start), last
+
+
 def _step(msg: str, t0: float) -> None:
     print(f"[{time.monotonic() - t0:5.1f} s] {msg}", flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    from analytics.daemon import Analytics
-    from daemonkit.logs import setup_logging
-    from exporter.app import Exporter
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # SIGTERM before serving ends the demo as Ctrl-C does: cleaned up
 
+
+def run(args: argparse.Namespace) -> int:
     if not (1 <= args.hosts <= 64 and 1 <= args.gpus_per_host <= 16):
         print("gpuledger demo: --hosts must be 1..64 and --gpus-per-host 1..16", file=sys.stderr)
         return 2
-    t0 = time.monotonic()
     try:
-        folder = writable_dir(Path(args.dir), "--dir") if args.dir else Path(tempfile.mkdtemp(prefix="gpuledger-demo-"))
         distinct_listen(args.listen, "--listen", args.analytics_listen, "--analytics-listen")
+        if args.dir:
+            writable_dir(Path(args.dir), "--dir")
     except ConfigError as e:
         print(f"gpuledger demo: {e}", file=sys.stderr)
         return 2
+    temporary = not args.dir
+    if not temporary:
+        fate = "kept"
+    elif args.no_serve:
+        fate = "temporary: the reports are kept, the history removed at exit"
+    else:
+        fate = "temporary: removed when the demo ends, on Ctrl-C too; --dir keeps it"
+    folder: Path | None = None
+    previous = signal.signal(signal.SIGTERM, _interrupt), signal.getsignal(signal.SIGINT)  # before the folder
+    try:
+        folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="gpuledger-demo-"))
+        print(f"gpuledger demo: folder {folder} ({fate})", flush=True)
+        return _demo(args, folder)
+    except KeyboardInterrupt:
+        print("gpuledger demo: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
+        if folder is not None and temporary and args.no_serve:
+            (folder / "history.db").unlink(missing_ok=True)
+            print(f"gpuledger demo: removed {folder / 'history.db'}; the reports stay in {folder / 'reports'}")
+        elif folder is not None and temporary:
+            shutil.rmtree(folder, ignore_errors=True)
+            print(f"gpuledger demo: removed {folder}", flush=True)
+
+
+def _demo(args: argparse.Namespace, folder: Path) -> int:
+    from analytics.daemon import Analytics
+    from daemonkit.logs import setup_logging
+    from exporter.app import Exporter
+    from exporter.readers.replay import ReplayReader
+
+    t0 = time.monotonic()
     history = folder / "history.db"
+    live_host = "gpu-node-01"  # the live exporter is the generated fleet's first host
     extra = {
         "analytics": {
             "source": "embedded",
@@ -67,8 +134,7 @@ def run(args: argparse.Namespace) -> int:
             "reports_dir": str(folder / "reports"),
             "listen": args.analytics_listen,
         },
-        "exporter": {"reader": "replay"},
-        "replay": {"gpus": args.gpus_per_host},
+        "exporter": {"reader": "replay", "hostname": live_host},
         "history": {"enabled": False},  # the live replay is not mixed into the generated fleet
         "web": {"listen": args.listen},
         "bench": {"enabled": False},
@@ -80,14 +146,11 @@ def run(args: argparse.Namespace) -> int:
         return start_error("demo", e)
     setup_logging("warning")
     now = time.time() // 60 * 60
-    last = last_full_week(now, s.analytics.timezone)
-    window = Window(last.start - WEEK, now, "demo", s.analytics.timezone)
-    fleet = synthetic.generate(window, args.hosts, args.gpus_per_host, seed=args.seed)
+    fleet, last = fleet_at(now, s.analytics.timezone, args.hosts, args.gpus_per_host, args.seed)
     history.unlink(missing_ok=True)
     synthetic.write_history(fleet, history)
-    _step(
-        f"generated {len(fleet.devices)} GPUs x {window.hours / 24:.1f} days, {len(fleet.jobs)} jobs -> {history}", t0
-    )
+    days = fleet.window.hours / 24
+    _step(f"generated {len(fleet.devices)} GPUs x {days:.1f} days, {len(fleet.jobs)} jobs -> {history}", t0)
     try:
         a = Analytics(s)
     except STARTUP_ERRORS as e:
@@ -110,19 +173,28 @@ def run(args: argparse.Namespace) -> int:
     if args.no_serve:
         a.server.server_close()
         return 0
+    live = [d for host, d in fleet.devices if host == live_host]
     try:
-        exporter = Exporter(s)
+        p = s.replay
+        reader = ReplayReader(None, speed=p.speed, loop=p.loop, stagger=p.stagger, devices=live)
+        exporter = Exporter(s, reader)
     except STARTUP_ERRORS as e:
         a.server.server_close()
         return start_error("demo", e, s.web.listen)
+    done = threading.Event()  # from here a signal stops the daemons before the folder goes
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: done.set())
     exporter.start()
     a.start(catch_up=False)
     _step(
-        f"live: exporter {exporter.url}/metrics (replaying the H200 capture), analytics {a.url}/metrics, "
-        f"report {a.url}/reports/gpuledger-{r.week}.html",
+        f"live {'until Ctrl-C' if args.duration is None else f'for {args.duration:g} s'}:\n"
+        f"  analytics {a.url}/  the generated fleet ({len(fleet.devices)} GPUs on {args.hosts} hosts, "
+        f"{days:.1f} days up to now), report {a.url}/reports/gpuledger-{r.week}.html\n"
+        f"  exporter  {exporter.url}/metrics  {live_host}'s {len(live)} GPUs (same UUIDs), live readings "
+        "replayed from the bundled H200 capture, not written to the history",
         t0,
     )
-    wait_for_signal(args.duration)
+    done.wait(args.duration)
     a.stop()
     exporter.stop()
     return 0

@@ -13,7 +13,7 @@ import bisect
 import math
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from exporter.readers import capture as cap
@@ -50,7 +50,13 @@ class ReplayReader:
         loop: bool = True,
         stagger: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        devices: Sequence[DeviceInfo] = (),
     ) -> None:
+        """``devices``: present these identities (index 0.., UUID, model, PCI id; ``gpus`` is then
+        their count) instead of ones derived from the capture: a demo's live GPUs are its fleet's."""
+        gpus = len(devices) or gpus
+        if any(d.index != i for i, d in enumerate(devices)):
+            raise ValueError("devices must be indexed 0, 1, ... in order")
         if gpus < 1:
             raise ValueError("gpus must be >= 1")
         if speed <= 0:
@@ -65,7 +71,7 @@ class ReplayReader:
         d = self.capture.duration
         self._offsets = [(i * d / gpus) if stagger else 0.0 for i in range(gpus)]
         self._gpm_last: dict[int, float] = {}
-        self._devices = [self._identity(i, gpus) for i in range(gpus)]
+        self._devices = list(devices) or [self._identity(i, gpus) for i in range(gpus)]
 
     # --- lifecycle ----------------------------------------------------------------------
 
