@@ -180,6 +180,11 @@ class CostModel(_Model):
     pue: float = Field(1.3, ge=1.0, le=3.0, description="facility energy / IT energy")
     tariff: list[TariffWindow] = Field(default_factory=list, description="time-of-day prices (below)")
     useful: Literal["busy", "sm_active"] = Field("busy", description="what counts as a useful GPU-hour")
+    useful_fallback: Literal["per_gpu", "busy"] = Field(
+        "per_gpu",
+        description='with useful = "sm_active", a GPU (or job) without SM activity: per_gpu counts its busy '
+        "time and rows that mix the two say so; busy counts busy time for every GPU of such a window",
+    )
     rules: list[PriceRule] = Field(default_factory=list, description="first match wins")
     default: PriceRule | None = Field(None, description="for GPUs no rule matches")
     min_useful_gpu_hours: float = Field(

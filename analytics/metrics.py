@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 from analytics.budgets import BudgetFigure
 from analytics.cost import CostModel
 from analytics.report.model import CostRow, Report
+from analytics.report.useful import combined
 
 # GPUs and jobs stay in the reports (too many series); the unallocated row makes the groupings add up.
 # The groupings ([analytics] group_by: user, namespace, account, ..., label:<name>) are bounded:
@@ -49,6 +50,7 @@ def _other(group: str, rows: list[CostRow]) -> CostRow:
         add("total_cost"),
     )
     sm, available = known("sm_active_gpu_hours"), add("available_gpu_hours")
+    measure, sm_share = combined((x.useful_sm_share, x.sampled_gpu_hours) for x in rows)
     return CostRow(
         group=group,
         key=OTHER,
@@ -71,6 +73,8 @@ def _other(group: str, rows: list[CostRow]) -> CostRow:
         coverage=sampled / available if available > 0 else 0.0,
         stalled_gpu_hours=known("stalled_gpu_hours"),
         co2e_kg=known("co2e_kg"),
+        useful_measure=measure,
+        useful_sm_share=sm_share,
     )
 
 
@@ -156,6 +160,10 @@ REPORT_METRICS: tuple[ReportMetric, ...] = (
                      available=lambda x: x.available_gpu_hours, sampled=lambda x: x.sampled_gpu_hours,
                      busy=lambda x: x.busy_gpu_hours, useful=lambda x: x.useful_gpu_hours,
                      allocated=lambda x: x.allocated_gpu_hours, allocated_idle=lambda x: x.allocated_idle_gpu_hours)),
+    ReportMetric("gpuledger_report_useful_sm_active_ratio", "Share of the sampled GPU-hours whose useful hours "
+                 "are SM-active ones (the rest count busy time): 1 all SM activity, 0 all busy, between: mixed "
+                 "(GPUs without SM activity; see gpuledger_report_info's useful label).", GPU_ROW,
+                 _per_row(lambda x: x.useful_sm_share)),
     ReportMetric("gpuledger_report_utilization_ratio", "Busy / sampled GPU-hours.", GPU_ROW,
                  _per_row(lambda x: x.utilization)),
     ReportMetric("gpuledger_report_sm_activity_ratio", "SM-active / sampled GPU-hours.", GPU_ROW,
@@ -209,7 +217,8 @@ class Family:
 INFO = Family(
     "gpuledger_report_info",
     "gauge",
-    "The report behind the window's figures; always 1.",
+    "The report behind the window's figures; always 1. useful: what the fleet's useful hours count (sm_active, "
+    "busy, or mixed where some GPUs lack SM activity: gpuledger_report_useful_sm_active_ratio says how much).",
     ("window", "week", "source", "useful", "currency"),
 )
 PRICE_ENERGY = Family(

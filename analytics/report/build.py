@@ -5,7 +5,8 @@ whether or not it works; only what happened: from the first data, when the histo
 the window, up to now, when the window ends later); energy cost from its energy (flat price or
 tariff, × PUE); emissions from the same energy × PUE × the grid's carbon intensity (hour by hour
 where it varies and the source has hourly energy; None where no intensity is set); useful hours =
-busy hours less the stalled ones, or SM-active hours (``cost.useful``); effective cost per useful
+busy hours less the stalled ones, or SM-active hours (``cost.useful``; GPU by GPU, and every row
+says which it counted: ``analytics.report.useful``); effective cost per useful
 GPU-hour = total / useful (None below ``cost.min_useful_gpu_hours``); idle cost = the hardware (or
 rental) rate × the charged hours that were not useful (so it adds up across GPUs and across days;
 the energy an idle GPU draws stays in the energy cost). Groups (host, model, fleet) sum their GPUs.
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from analytics.cost import CostModel, PriceRule, gpu_co2e, gpu_cost
 from analytics.report import judge
-from analytics.report.ledger import Acc, Fig, charge, rest, useful_seconds
+from analytics.report.ledger import Acc, Fig, charge, rest
 from analytics.report.model import (
     TOP_IDLE,
     TOP_STALLED,
@@ -44,6 +45,7 @@ from analytics.report.model import (
     StalledRow,
     window_notes,
 )
+from analytics.report.useful import sm_gpus, useful_seconds
 from analytics.report.week_rows import _daily, _failures, _queue, _rent
 from analytics.week_data import JobWeek, WeekData
 
@@ -110,6 +112,7 @@ def build(
     unpriced: set[str] = set()
     priced: dict[tuple[str, str], PriceRule] = {}  # (host, model) -> the rule that prices its GPUs
     priced_gpus: Counter[tuple[str, str]] = Counter()
+    by_sm, measure_notes = sm_gpus(data, cost)  # the GPUs whose useful hours are SM-active ones
     for g in data.gpus:
         rule = cost.rule_for(g.model, g.host)
         if rule is None:
@@ -126,7 +129,7 @@ def build(
         if co2e.mean_applied:
             mean_intensity.append(g.uuid)
         co2e_per_joule[g.uuid] = None if co2e.co2e_kg is None else co2e.co2e_kg / g.energy_j if g.energy_j else 0.0
-        useful = useful_seconds(g.busy_s, g.sm_active_s, g.stalled_s, cost)
+        useful = useful_seconds(g.busy_s, g.sm_active_s, g.stalled_s, g.uuid in by_sm)
         fig = Fig(
             gpus=1,
             available_s=charged_s,
@@ -142,6 +145,7 @@ def build(
             idle_cost=hourly[g.uuid] * max(0.0, charged_s - useful) / 3600,
             stalled_s=g.stalled_s,
             co2e_kg=co2e.co2e_kg,
+            use_sm=g.uuid in by_sm,
         )
         gpu_figs[g.uuid] = fig
         fleet.add(fig)
@@ -156,7 +160,7 @@ def build(
     unallocated = Acc()
     for uuid, gpu_fig in gpu_figs.items():
         jobs = on_gpu.get(uuid, [])
-        figs = charge(jobs, gpu_fig, hourly[uuid], per_joule[uuid], cost, co2e_per_joule[uuid])
+        figs = charge(jobs, gpu_fig, hourly[uuid], per_joule[uuid], co2e_per_joule[uuid])
         unallocated.add(rest(uuid, gpu_fig, figs))
         for j, fig in zip(jobs, figs, strict=True):
             _add_job(groups, holders, j, fig, attrs)
@@ -191,6 +195,7 @@ def build(
     elapsed = (end - w.start) / w.seconds if w.seconds > 0 else 1.0
     notes = ["example prices: set [cost] for yours"] if cost.example_prices else []
     notes += window_notes(in_progress, elapsed, start if clipped else None, w.timezone)
+    notes += measure_notes
     return Report(
         week=w.label,
         start=w.start,
@@ -198,7 +203,7 @@ def build(
         timezone=w.timezone,
         generated_at=generated,
         currency=cost.currency,
-        useful_measure=cost.useful,
+        useful_measure=fleet_row.useful_measure,
         source=data.source,
         approximations=[*data.approximations, *_carbon_approximations(mean_intensity), *_orphan_note(orphans, on_gpu)],
         example_prices=cost.example_prices,

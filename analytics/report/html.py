@@ -29,6 +29,7 @@ from analytics.report.text import (
     grouping_names,
     groupings,
     headline,
+    measure,
     money,
     pct,
     subtitle,
@@ -157,7 +158,7 @@ def cards(r: Report) -> list[tuple[str, str]]:
     f, cur = r.fleet, r.currency
     return [
         ("Total cost", money(f.total_cost, cur)),
-        ("Per useful GPU-hour", money(f.cost_per_useful_gpu_hour, cur)),
+        (f"Per useful GPU-hour ({measure(f)})", money(f.cost_per_useful_gpu_hour, cur)),
         ("Utilisation", pct(f.utilization)),
         ("Idle cost", money(f.idle_cost, cur)),
         ("Energy cost", money(f.energy_cost, cur)),

@@ -7,17 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from analytics.cost import JOULES_PER_KWH, CostModel
+from analytics.cost import JOULES_PER_KWH
 from analytics.report.model import CostRow
+from analytics.report.useful import measure, useful_seconds
 from analytics.week_data import JobWeek
-
-
-def useful_seconds(busy: float, sm: float | None, stalled: float | None, cost: CostModel) -> float:
-    """SM-active seconds where that is the measure and measured (a stall's SMs are quiet by
-    definition, so it adds almost nothing there); else busy seconds less the stalled ones."""
-    if cost.useful == "sm_active" and sm is not None:
-        return sm
-    return max(0.0, busy - (stalled or 0.0))
 
 
 def ratio(a: float | None, b: float) -> float | None:
@@ -49,6 +42,7 @@ class Fig:
     stalled_s: float | None = None
     stalled_cost: float = 0.0  # the rate x the stalled hours (part of idle_cost: stalled is not useful)
     co2e_kg: float | None = None  # energy x PUE x grid intensity; None: no intensity or no energy
+    use_sm: bool = False  # its useful seconds are SM-active ones (else busy less stalled)
 
 
 class Acc:
@@ -65,6 +59,8 @@ class Acc:
         self.co2e: list[float | None] = []
         self.hardware = self.energy_cost = self.idle_cost = self.stalled_cost = 0.0
         self.uuids: set[str] = set()
+        self.measured = [0.0, 0.0]  # sampled seconds whose useful seconds are SM-active, busy
+        self.parts = [0, 0]  # figures counted each way (for a row without sampled time)
 
     def add(self, f: Fig) -> None:
         self.gpus += f.gpus
@@ -83,6 +79,8 @@ class Acc:
         self.energy_cost += f.energy_cost
         self.idle_cost += f.idle_cost
         self.stalled_cost += f.stalled_cost
+        self.measured[0 if f.use_sm else 1] += f.sampled_s
+        self.parts[0 if f.use_sm else 1] += 1
 
     def row(self, group: str, key: str, min_useful_h: float = 0.0) -> CostRow:
         h = 3600.0
@@ -91,6 +89,7 @@ class Acc:
         total = self.hardware + self.energy_cost
         energy = sum_known(self.energy)
         stalled = sum_known(self.stalled)
+        useful_measure, sm_share = measure(*self.measured, *self.parts)
         return CostRow(
             group=group,
             key=key,
@@ -113,6 +112,8 @@ class Acc:
             coverage=self.sampled / self.available if self.available > 0 else 0.0,
             stalled_gpu_hours=None if stalled is None else stalled / h,
             co2e_kg=sum_known(self.co2e),
+            useful_measure=useful_measure,
+            useful_sm_share=sm_share,
         )
 
 
@@ -128,7 +129,6 @@ def charge(
     gpu: Fig | None,
     rate: float,
     per_joule: float,
-    cost: CostModel,
     co2e_per_joule: float | None = None,
 ) -> list[Fig]:
     """The jobs on one GPU, charged: each its charged time (or held time) at the GPU's rate, its
@@ -136,7 +136,8 @@ def charge(
     column the jobs together at most what the GPU has (one factor per column, the same for every
     job on the GPU, where a source's figures overshoot: held times that overlap, counters read
     at slightly different times). Emissions follow energy: each job its energy x the GPU's kg
-    CO2e per joule (None where the GPU's emissions are not known)."""
+    CO2e per joule (None where the GPU's emissions are not known). A job counts SM-active time as
+    useful where its GPU does and the source has the job's SM-active time; else busy time."""
     charged = [j.charged_s if j.charged_s is not None else j.sampled_s for j in jobs]
     k_time = scale_to(sum(charged), gpu.sampled_s if gpu else None)
     time = [c * k_time for c in charged]
@@ -146,7 +147,8 @@ def charge(
     stalled = [None if j.stalled_s is None else min(j.stalled_s * k_stall, b) for j, b in zip(jobs, busy, strict=True)]
     k_sm = scale_to(sum(j.sm_active_s or 0.0 for j in jobs), gpu.sm_s if gpu else None)
     sm = [None if j.sm_active_s is None else min(j.sm_active_s * k_sm, t) for j, t in zip(jobs, time, strict=True)]
-    useful = [useful_seconds(b, s, st, cost) for b, s, st in zip(busy, sm, stalled, strict=True)]
+    use_sm = [gpu is not None and gpu.use_sm and s is not None for s in sm]
+    useful = [useful_seconds(b, s, st, u) for b, s, st, u in zip(busy, sm, stalled, use_sm, strict=True)]
     k_useful = scale_to(sum(useful), gpu.useful_s if gpu else None)
     useful = [u * k_useful for u in useful]
     k_energy = scale_to(sum(j.energy_j for j in jobs), gpu.energy_j if gpu else None)
@@ -172,13 +174,15 @@ def charge(
             stalled_s=st,
             stalled_cost=rate * (st or 0.0) / 3600,
             co2e_kg=None if co2e_per_joule is None else e * co2e_per_joule,
+            use_sm=us,
         )
-        for j, t, b, u, s, e, i, st in zip(jobs, time, busy, useful, sm, energy, idle, stalled, strict=True)
+        for j, t, b, u, s, e, i, st, us in zip(jobs, time, busy, useful, sm, energy, idle, stalled, use_sm, strict=True)
     ]
 
 
 def rest(uuid: str, gpu: Fig, jobs: list[Fig]) -> Fig:
-    """What of one GPU no job was charged: the GPU less its jobs, column by column."""
+    """What of one GPU no job was charged: the GPU less its jobs, column by column; its useful
+    seconds counted as the GPU's are (SM-active or busy)."""
 
     def less(v: float | None, parts: Iterable[float | None]) -> float | None:
         return None if v is None else v - sum(p or 0.0 for p in parts)
@@ -200,4 +204,5 @@ def rest(uuid: str, gpu: Fig, jobs: list[Fig]) -> Fig:
         uuids=frozenset({uuid}) if time > 0 else frozenset(),
         stalled_s=less(gpu.stalled_s, (f.stalled_s for f in jobs)),
         co2e_kg=less(gpu.co2e_kg, (f.co2e_kg for f in jobs)),
+        use_sm=gpu.use_sm,
     )

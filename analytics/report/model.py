@@ -32,7 +32,7 @@ class CostRow:
     sampled_gpu_hours: float  # of those, hours with data
     busy_gpu_hours: float
     sm_active_gpu_hours: float | None
-    useful_gpu_hours: float  # busy or SM-active, as the cost model says
+    useful_gpu_hours: float  # busy less stalled, or SM-active, as the cost model says (useful_measure: which)
     utilization: float | None  # busy / sampled
     sm_activity: float | None  # SM-active / sampled
     allocated_gpu_hours: float | None
@@ -46,6 +46,10 @@ class CostRow:
     coverage: float  # sampled / available
     stalled_gpu_hours: float | None = None  # busy but stalled (not useful); None: not measured
     co2e_kg: float | None = None  # energy x PUE x grid intensity; None: no intensity configured or no energy
+    # what its useful hours count (analytics.report.useful): sm_active | busy | mixed (some of its
+    # GPUs, or jobs, without SM activity); "" in reports from before it
+    useful_measure: str = ""
+    useful_sm_share: float | None = None  # share of its sampled GPU-hours counted by SM activity (the rest: busy)
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,7 @@ class Report:
     timezone: str
     generated_at: float
     currency: str
-    useful_measure: str  # busy | sm_active
+    useful_measure: str  # the fleet's: busy | sm_active | mixed (fleet.useful_sm_share: how much of each)
     source: str
     approximations: list[str]
     example_prices: bool

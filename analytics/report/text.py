@@ -1,12 +1,10 @@
-"""The report as text: number formatting, and the report's sections as tables of display
-strings, which the Markdown (analytics.report.markdown) and HTML renderers share. JSON is in
-analytics.report.jsonio, CSV in analytics.report.csvio."""
+"""The report as text: the report's sections as tables of display strings, which the Markdown
+(analytics.report.markdown) and HTML renderers share; the numbers in them are formatted by
+analytics.report.numbers (re-exported here). JSON is in analytics.report.jsonio, CSV in
+analytics.report.csvio."""
 
 from __future__ import annotations
 
-import datetime as dt
-import math
-import zoneinfo
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -29,85 +27,26 @@ from analytics.report.model import (
     StalledRow,
     VerdictRow,
 )
+from analytics.report.numbers import DASH as DASH
+from analytics.report.numbers import bandwidth as bandwidth
+from analytics.report.numbers import co2e as co2e
+from analytics.report.numbers import duration as duration
+from analytics.report.numbers import hours as hours
+from analytics.report.numbers import kwh as kwh
+from analytics.report.numbers import local_time as local_time
+from analytics.report.numbers import money as money
+from analytics.report.numbers import num as num
+from analytics.report.numbers import pct as pct
+from analytics.report.numbers import times as times
+from analytics.report.useful import label
 
-DASH = "—"  # not measured: never rendered as 0
 TOP_JOBS = 20
 NO_IDLE = "No job held a GPU idle."
 
-# ---------------------------------------------------------------- formatting
 
-
-def _missing(v: float | None) -> bool:
-    return v is None or not math.isfinite(v)
-
-
-def num(v: float | None, decimals: int = 2, unit: str = "") -> str:
-    """``1,234.57``, with ``unit`` after a space; None (or NaN) is a dash."""
-    if v is None or not math.isfinite(v):
-        return DASH
-    return f"{v:,.{decimals}f} {unit}" if unit else f"{v:,.{decimals}f}"
-
-
-def money(v: float | None, currency: str = "") -> str:
-    """``1,234.50 USD``; without a currency (it is in the column header) just ``1,234.50``."""
-    return num(v, 2, currency)
-
-
-def hours(v: float | None) -> str:
-    return num(v, 1, "h")
-
-
-def kwh(v: float | None) -> str:
-    return num(v, 1, "kWh")
-
-
-def co2e(kg: float | None) -> str:
-    """``1,234.5 kg CO2e``; a dash where no grid intensity is set or energy is not measured."""
-    return num(kg, 1, "kg CO2e")
-
-
-def pct(ratio: float | None, signed: bool = False) -> str:
-    """A 0..1 ratio as ``45.6 %``; ``signed`` for changes (``+12.0 %``)."""
-    if ratio is None or _missing(ratio):
-        return DASH
-    return f"{ratio * 100:+.1f} %" if signed else f"{ratio * 100:.1f} %"
-
-
-def duration(seconds: float | None) -> str:
-    """Human duration: ``12 s``, ``4 m 12 s``, ``3 h 5 m``, ``2 d 4 h``."""
-    if seconds is None or _missing(seconds):
-        return DASH
-    if seconds < 0:
-        return "-" + duration(-seconds)
-    if seconds < 9.95:
-        return f"{seconds:.1f} s"
-    if seconds < 59.5:
-        return f"{seconds:.0f} s"
-    m, s = divmod(round(seconds), 60)
-    if m < 60:
-        return f"{m} m {s} s"
-    h, m = divmod(m, 60)
-    if h < 24:
-        return f"{h} h {m} m"
-    d, h = divmod(h, 24)
-    return f"{d} d {h} h"
-
-
-def bandwidth(bytes_per_s: float | None) -> str:
-    return num(None if bytes_per_s is None else bytes_per_s / 1e9, 1, "GB/s")
-
-
-def times(v: float | None) -> str:
-    text = num(v, 2)
-    return text if text == DASH else text + "×"
-
-
-def local_time(t: float, timezone: str) -> str:
-    try:
-        tz: dt.tzinfo = zoneinfo.ZoneInfo(timezone)
-    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
-        tz = dt.UTC
-    return dt.datetime.fromtimestamp(t, tz).strftime("%Y-%m-%d %H:%M")
+def measure(row: CostRow) -> str:
+    """What a row's useful hours count: ``sm_active``, ``busy`` or ``mixed: 62 % sm_active, 38 % busy``."""
+    return label(row.useful_measure, row.useful_sm_share) or DASH
 
 
 BUSBW, SPEEDUP = "allreduce_busbw_bytes_per_second", "train_speedup"
@@ -157,6 +96,7 @@ def headline(r: Report) -> list[tuple[str, str]]:
         ("GPUs", f"{f.gpus:,}"),
         ("Total cost", money(f.total_cost, cur)),
         ("Cost per useful GPU-hour", money(f.cost_per_useful_gpu_hour, cur)),
+        ("Useful hours count", measure(f)),
         ("Utilisation (busy / sampled)", pct(f.utilization)),
         ("SM activity", pct(f.sm_activity)),
         ("Idle cost", money(f.idle_cost, cur)),
@@ -183,6 +123,7 @@ COST: Columns[CostRow] = [
     ("Utilisation", lambda c: pct(c.utilization)),
     ("SM activity", lambda c: pct(c.sm_activity)),
     ("Useful GPU-h", lambda c: hours(c.useful_gpu_hours)),
+    ("Useful by", lambda c: measure(c)),
     ("Alloc. idle GPU-h", lambda c: hours(c.allocated_idle_gpu_hours)),
     ("Energy kWh", lambda c: num(c.energy_kwh, 1)),
     ("kg CO2e", lambda c: num(c.co2e_kg, 1)),
@@ -384,7 +325,7 @@ def subtitle(r: Report) -> str:
 
 def facts(r: Report) -> str:
     return (
-        f"Source: {r.source} · useful measure: {r.useful_measure} · coverage: {pct(r.coverage)} · "
+        f"Source: {r.source} · useful measure: {measure(r.fleet)} · coverage: {pct(r.coverage)} · "
         f"currency: {r.currency} · generated {local_time(r.generated_at, r.timezone)}"
     )
 
@@ -393,7 +334,8 @@ def summary(r: Report) -> str:
     f, cur = r.fleet, r.currency
     per_hour, idle = money(f.cost_per_useful_gpu_hour, cur), money(f.idle_cost, cur)
     total = money(f.total_cost, cur)
-    return f"{f.gpus:,} GPUs, {pct(f.utilization)} busy; {total} in total, {per_hour} per useful GPU-hour, {idle} idle."
+    per_hour += f" per useful GPU-hour ({measure(f)})"
+    return f"{f.gpus:,} GPUs, {pct(f.utilization)} busy; {total} in total, {per_hour}, {idle} idle."
 
 
 EXAMPLE_PRICES = "Example prices: set [cost] in the configuration for yours; these figures are illustrations."
