@@ -1,9 +1,13 @@
-"""Run a benchmark round in a child process group with a hard timeout (torch-free).
+"""Run a benchmark round in a child process with a hard timeout (torch-free).
 
-The child is the launcher (one node) or torchrun (several), started in a session of its own.
-At the timeout the whole process group gets SIGTERM, then SIGKILL after a grace period, so a
-hung collective can never outlive its round. Rank 0's ``@gpuledger`` events arrive on stdout and
-become a ``RoundResult``; each planned benchmark ends as ok, failed or timeout.
+The child is ``exporter.benchmarks.reaper`` in a session of its own; it runs the launcher (one
+node) or torchrun (several) and, being a subreaper, keeps every process the round starts in its
+tree, whatever session torchrun puts the workers in (why: the reaper's docstring). At the timeout
+(and on ``cancel``) the reaper gets SIGTERM and ends the whole tree: SIGTERM, ``grace`` seconds,
+then SIGKILL until none is left; it records the pids it ended and any that outlived it
+(``Outcome.leftover``). Only if the reaper itself does not exit is its process group SIGKILLed.
+Rank 0's ``@gpuledger`` events arrive on stdout and become a ``RoundResult``; each planned
+benchmark ends as ok, failed or timeout.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.benchmarks.plan import EVENT_PREFIX, Plan
+from exporter.benchmarks.reaper import KILL_WINDOW
 from exporter.benchmarks.results import PARSERS, AllreduceResult, RoundResult
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,8 @@ class Outcome:
     exit_code: int | None = None
     stderr_tail: str = ""
     reported_elsewhere: bool = False  # multi-node: global rank 0 runs on another node
+    ended: list[int] = field(default_factory=list)  # pids the reaper had to end (none after a clean exit)
+    leftover: list[int] = field(default_factory=list)  # pids that outlived SIGKILL (the reaper says so)
 
     @property
     def ok(self) -> bool:
@@ -63,7 +70,7 @@ class BenchRunner:
         self.grace = grace
         self.python = python
         self.children_started = 0
-        self.last_pgid: int | None = None  # the process group of the latest round (its leader's pid)
+        self.last_pgid: int | None = None  # the process group of the latest round (the reaper's pid)
         self._proc: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
 
@@ -85,6 +92,11 @@ class BenchRunner:
             str(plan_path),
         ]
 
+    def wrapped(self, command: list[str], record: Path) -> list[str]:
+        """``command`` under the reaper, which ends every process it starts."""
+        reaper = [self.python, "-m", "exporter.benchmarks.reaper", f"--grace={self.grace}"]
+        return [*reaper, f"--record={record}", f"--parent={os.getpid()}", "--", *command]
+
     def run(
         self,
         plan: Plan,
@@ -99,7 +111,7 @@ class BenchRunner:
             plan.save(plan_path)
             with open(Path(tmp) / "stderr", "w+") as err:
                 proc = subprocess.Popen(
-                    self.command(plan_path, rdzv),
+                    self.wrapped(self.command(plan_path, rdzv), Path(tmp) / "reaped.json"),
                     stdout=subprocess.PIPE,
                     stderr=err,
                     text=True,
@@ -118,18 +130,21 @@ class BenchRunner:
                     out.exit_code = proc.wait(timeout=timeout)
                 except subprocess.TimeoutExpired:
                     timed_out = True
-                    log.error("benchmark round exceeded %.0f s: killing its process group", timeout)
-                    kill_group(proc, self.grace)
+                    log.error("benchmark round exceeded %.0f s: ending all its processes", timeout)
+                    self._stop(proc)
                     out.exit_code = proc.returncode
                 with self._lock:
                     self._proc = None
                 reader.join(timeout=5.0)
-                if proc.stdout is not None:  # the reader is done with it (or gave up on it)
+                if reader.is_alive():  # a survivor holds the pipe; closing it would wait on the reader
+                    log.error("benchmark output still open after the round: a process survived it")
+                elif proc.stdout is not None:
                     proc.stdout.close()
                 for bench, t in begun.items():  # a benchmark cut short ran until now
                     out.durations.setdefault(bench, time.monotonic() - t)
                 err.seek(0)
                 out.stderr_tail = err.read()[-4000:]
+            out.ended, out.leftover = _reaped(Path(tmp) / "reaped.json")
         out.duration = time.monotonic() - t0
         if rdzv is not None and not out.result.device and out.exit_code == 0:
             out.reported_elsewhere = True
@@ -143,7 +158,18 @@ class BenchRunner:
         with self._lock:
             proc = self._proc
         if proc is not None and proc.poll() is None:
-            kill_group(proc, self.grace)
+            self._stop(proc)
+
+    def _stop(self, proc: subprocess.Popen[str]) -> None:
+        """SIGTERM the reaper, which ends the round's processes (its grace period, then SIGKILL);
+        SIGKILL its group only if it does not exit itself."""
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=self.grace + KILL_WINDOW + 10.0)
+        except subprocess.TimeoutExpired:
+            log.error("the benchmark reaper did not exit: killing its process group")
+            kill_group(proc, 0.0)
 
     @staticmethod
     def _read(
@@ -189,6 +215,18 @@ def _statuses(plan: Plan, out: Outcome, timed_out: bool) -> dict[str, str]:
         else:
             status[bench] = "timeout" if timed_out else "failed"
     return status
+
+
+def _reaped(record: Path) -> tuple[list[int], list[int]]:
+    """The reaper's record: (pids ended, pids left); nothing when it wrote none."""
+    try:
+        doc = json.loads(record.read_text())
+        ended, left = [int(p) for p in doc["ended"]], [int(p) for p in doc["left"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return [], []
+    if left:
+        log.error("benchmark processes outlived SIGKILL: %s", left)
+    return ended, left
 
 
 def kill_group(proc: subprocess.Popen[str], grace: float) -> None:

@@ -3,6 +3,10 @@
 Started by ``exporter.benchmarks.launch`` (one node) or torchrun (several), which set RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT. Rank 0 writes one event per line to stdout,
 prefixed ``@gpuledger``; everything else goes to stderr. Tears down explicitly before exiting.
+
+Test hook: ``GPULEDGER_BENCH_TEST_HANG_RANK=N`` makes global rank N ignore SIGTERM and sleep
+before its first collective, so only SIGKILL ends it and the other ranks wait in that collective
+(tests/test_bench_multinode.py). Unset, as everywhere outside tests, it does nothing.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
 import sys
 import time
 import traceback
@@ -22,6 +27,8 @@ from exporter.benchmarks import allreduce, device, train
 from exporter.benchmarks.context import Ctx
 from exporter.benchmarks.plan import Plan
 from exporter.benchmarks.results import AllreduceResult, plain
+
+TEST_HANG_RANK = "GPULEDGER_BENCH_TEST_HANG_RANK"
 
 
 def _setup(plan: Plan) -> Ctx:
@@ -57,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     ctx = _setup(plan)
     name = torch.cuda.get_device_name(ctx.device) if ctx.cuda else "cpu"
     ctx.emit({"event": "start", "device": name, "world_size": ctx.world, "torch": torch.__version__})
+    if os.environ.get(TEST_HANG_RANK) == str(ctx.rank):  # test hook (see the docstring)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(10**6)
     if plan.inject.hang and ctx.rank == ctx.world - 1:
         time.sleep(10**6)  # the other ranks wait for this one in their first collective
     if plan.inject.crash and ctx.rank == ctx.world - 1:
