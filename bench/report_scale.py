@@ -8,13 +8,23 @@ RSS (wait4) are recorded; so are the queries the source sends.
 
 Series per GPU, as gpuledger's exporter exposes them: gpuledger_gpu_info and six counters, plus
 three per-job counters for the job on it (4-hour slots, 80 % of them taken, 10 minutes of grace
-after each); per partition (2): the queue-wait histogram, pending GPUs, finished and requeued
-jobs. A day-long diurnal load; a twentieth of the GPUs held idle.
+after each) and the job's ``gpuledger_job_info{job_id, user, account, partition, qos} 1`` (40 users
+in 10 accounts, 2 partitions by host, 3 QOS); per cluster and partition (2 x 2): the queue-wait
+histogram, pending GPUs, finished and requeued jobs. Every series carries ``cluster`` (the first
+half of the GPUs cluster-a, the rest cluster-b), as external or target labels set it when one
+Prometheus-compatible store holds several clusters. A day-long diurnal load; a twentieth of the
+GPUs held idle.
 
     python bench/report_scale.py [--gpus 64,256,1024] [--days 7] [--step 15] [--cache DIR]
+        [--repeats 3] [--group-by user --group-by user,account,partition,cluster --group-by default]
 
-Backfilling takes about 1.5, 4.5 and 17 minutes on 2 cores (1,024 GPUs: 394 M samples; promtool
-holds about 10 GB while it reads a day); ``--cache`` keeps the TSDBs for the next run.
+Each ``--group-by`` is one configuration of ``[analytics] group_by`` (comma-separated; ``default``:
+no config file, the settings' default); several are timed in the same run, alternating (ABC CBA
+ABC ...) so the machine's load falls on each alike, after one untimed warm-up report.
+
+Backfilling took about 1.5, 4.5 and 17 minutes on 2 cores before job_info and clusters; 1,024 GPUs
+now: 431 M samples, 29 minutes on a loaded machine, promtool holding about 11.5 GB while it reads a
+day. ``--cache`` keeps the TSDBs for the next run.
 
 Target (docs/performance.md): 1,024 GPUs in <= 10 s and <= 1 GB.
 """
@@ -31,7 +41,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +56,22 @@ SLOT = 4 * 3600  # one job per GPU per 4-hour slot
 GRACE = 600
 BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 43200, 86400, 172800, 604800)
 WEEK_START = 1794787200  # Monday 2026-11-16 00:00 UTC (2026-W47)
+DATA = "jobinfo-2clusters"  # in the cache folder's name: change it whenever the data changes
+CLUSTERS = ("cluster-a", "cluster-b")
+PLAIN_ROWS = ("host", "model", "gpu", "job")  # the report's rows whatever group_by says
+QOS = ("normal", "normal", "normal", "high", "low")
+
+
+def cluster_of(g: int, gpus: int) -> str:
+    """GPU g's cluster: the first half of the fleet (whole hosts) is the first cluster."""
+    return CLUSTERS[0] if g < gpus // 2 else CLUSTERS[1]
+
+
+def job_attrs(g: int, sl: int) -> tuple[str, str, str, str]:
+    """(user, account, partition, qos) of GPU g's job in slot sl: each user in one account; a
+    fifth of the hosts in the gpu-large partition."""
+    user = (g + sl) % 40
+    return f"user{user}", f"account{user % 10}", "gpu-large" if (g // 8) % 5 == 0 else "gpu", QOS[(g + 3 * sl) % 5]
 
 
 def _rand(g: int, n: int, seed: int) -> np.ndarray:
@@ -90,9 +118,10 @@ def write_steps(gpus: int, k0: int, k1: int, step: int, path: str, start: int = 
     count = 0
     with open(path, "w") as out:
         for g in range(gpus):
-            host, index = f"gpu-node-{g // 8 + 1:04d}", g % 8
+            host, index, cluster = f"gpu-node-{g // 8 + 1:04d}", g % 8, cluster_of(g, gpus)
             uuid = f"GPU-{g:08x}-0000-4000-8000-000000000000"
-            base = f'instance="{host}:10044",job="gpuledger",gpu="{index}",uuid="{uuid}"'
+            target = f'cluster="{cluster}",instance="{host}:10044",job="gpuledger"'
+            base = f'{target},gpu="{index}",uuid="{uuid}"'
             info = f'gpuledger_gpu_info{{{base},model="NVIDIA H200",hostname="{host}",driver_version="580.159.04"}} '
             out.write(_lines(info, ts, np.ones(len(ts))))
             inc = _increments(g, k1, step, gpus, start)
@@ -109,7 +138,11 @@ def write_steps(gpus: int, k0: int, k1: int, step: int, path: str, start: int = 
                 lo, hi = max(k0, a), min(k1, (sl * SLOT + SLOT + GRACE) // step)
                 if lo >= hi or a >= len(cum["sampled_seconds"]):
                     continue
-                labels = f'{base},job_id="{g}-{sl}",user="user{(g + sl) % 40}"'
+                user, account, partition, qos = job_attrs(g, sl)
+                labels = f'{base},job_id="{g}-{sl}",user="{user}"'
+                info = f'{target},job_id="{g}-{sl}",user="{user}",account="{account}",partition="{partition}"'
+                out.write(_lines(f'gpuledger_job_info{{{info},qos="{qos}"}} ', ts[lo - k0 : hi - k0], np.ones(hi - lo)))
+                count += hi - lo
                 idx = np.minimum(np.arange(lo, hi), b - 1)
                 for name in ("sampled_seconds", "busy_seconds", "energy_joules"):
                     c = cum[name]
@@ -123,13 +156,15 @@ def write_steps(gpus: int, k0: int, k1: int, step: int, path: str, start: int = 
 
 
 def _scheduler(out: object, ts: np.ndarray, gpus: int, k0: int, step: int) -> int:
-    """Per-partition queue and job-outcome series: counters growing with the fleet."""
+    """Per-cluster and partition queue and job-outcome series: counters growing with the fleet."""
     assert hasattr(out, "write")
     count = 0
     steps = np.arange(k0, k0 + len(ts))
-    for p, share in (("gpu", 0.8), ("gpu-large", 0.2)):
+    for cluster, p, share in (
+        (c, p, s / len(CLUSTERS)) for c in CLUSTERS for p, s in (("gpu", 0.8), ("gpu-large", 0.2))
+    ):
         started = np.floor(steps * step / SLOT * gpus * 0.8 * share)  # jobs started so far
-        base = f'instance="slurm:10044",job="gpuledger",partition="{p}"'
+        base = f'cluster="{cluster}",instance="slurm-{cluster}:10044",job="gpuledger",partition="{p}"'
         for le in (*BUCKETS, math.inf):
             frac = min(1.0, math.log1p(le) / math.log1p(3600)) if math.isfinite(le) else 1.0
             lab = "+Inf" if not math.isfinite(le) else f"{le:g}"
@@ -176,29 +211,31 @@ def backfill(gpus: int, days: int, step: int, work: Path, start: int = WEEK_STAR
     return samples, time.monotonic() - t0
 
 
-def report_once(url: str, out: Path) -> tuple[float, float, int]:
+def schedule(configs: int, repeats: int) -> list[int]:
+    """The order the configurations run in: ABC CBA ABC ..., each ``repeats`` times."""
+    return [c for r in range(repeats) for c in (range(configs) if r % 2 == 0 else reversed(range(configs)))]
+
+
+def parse_group_by(spec: str) -> list[str] | None:
+    """One ``--group-by``: the groupings, comma-separated; ``default``: None (no config file)."""
+    return None if spec.strip() == "default" else [g.strip() for g in spec.split(",") if g.strip()]
+
+
+def write_config(work: Path, i: int, group_by: list[str] | None) -> Path | None:
+    if group_by is None:
+        return None
+    path = work / f"config-{i}.toml"
+    path.write_text("[analytics]\ngroup_by = [" + ", ".join(json.dumps(g) for g in group_by) + "]\n")
+    return path
+
+
+def report_once(url: str, out: Path, config: Path | None = None) -> tuple[float, float, int]:
     """(seconds, peak RSS MiB, exit code) of one ``gpuledger report`` child."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+    argv = [sys.executable, "-m", "gpuledger", "report", "--source", "prometheus", "--prometheus-url", url]
+    argv += ["--week", "2026-W47", "--out", str(out), *(["--config", str(config)] if config else [])]
     t0 = time.monotonic()
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpuledger",
-            "report",
-            "--source",
-            "prometheus",
-            "--prometheus-url",
-            url,
-            "--week",
-            "2026-W47",
-            "--out",
-            str(out),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(p.pid, 0)
     seconds = time.monotonic() - t0
     if status and p.stderr:
@@ -206,23 +243,29 @@ def report_once(url: str, out: Path) -> tuple[float, float, int]:
     return seconds, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
 
 
-def queries(url: str) -> int:
-    """PromQL queries one report sends: the week, and the previous week for the comparison."""
+def queries(url: str, group_by: list[str] | None = None) -> tuple[int, dict[str, int]]:
+    """PromQL queries one report sends (the week, and the previous week for the comparison), and
+    the report's rows by group (host, gpu, job, user, account, ...)."""
     from analytics.config import FullSettings
     from analytics.pipeline import make_report
     from analytics.sources.prometheus import PrometheusSource
     from analytics.week_data import iso_week
 
-    s = FullSettings(analytics={"source": "prometheus"}, prometheus={"url": url})
+    analytics: dict[str, object] = {"source": "prometheus", **({"group_by": group_by} if group_by else {})}
+    s = FullSettings(analytics=analytics, prometheus={"url": url})
     src = PrometheusSource(s.prometheus)
-    make_report(src, iso_week("2026-W47"), s)
-    return src.api.queries
+    report = make_report(src, iso_week("2026-W47"), s)
+    return src.api.queries, dict(sorted(Counter(r.group for r in report.rows).items()))
 
 
-def run_size(gpus: int, days: int, step: int, repeats: int, cache: Path | None) -> dict[str, float]:
-    """``cache``: keep the backfilled TSDB there (with what the backfill measured) and reuse it
-    on the next run; without one, a temporary folder that is deleted afterwards."""
-    work = cache / f"{gpus}-gpus-{days}d-{step}s" if cache else Path(tempfile.mkdtemp(prefix="gpuledger-scale-"))
+def run_size(
+    gpus: int, days: int, step: int, repeats: int, cache: Path | None, configs: list[list[str] | None]
+) -> list[dict[str, Any]]:
+    """One row per configuration. ``cache``: keep the backfilled TSDB there (with what the
+    backfill measured) and reuse it on the next run; without one, a temporary folder that is
+    deleted afterwards."""
+    name = f"{gpus}-gpus-{days}d-{step}s-{DATA}"
+    work = cache / name if cache else Path(tempfile.mkdtemp(prefix="gpuledger-scale-"))
     meta = work / "backfill.json"
     try:
         if meta.exists():
@@ -236,27 +279,41 @@ def run_size(gpus: int, days: int, step: int, repeats: int, cache: Path | None) 
             meta.write_text(json.dumps({"samples": samples, "seconds": fill_s}))
         tsdb = sum(f.stat().st_size for f in (work / "data").rglob("*") if f.is_file())
         (work / "prometheus.yml").write_text("global: {}\n")
+        files = [write_config(work, i, c) for i, c in enumerate(configs)]
         prom, url = start_prometheus(work, 19090 + gpus % 1000)
         try:
-            runs = [report_once(url, work / "reports") for _ in range(repeats)]
-            n_queries = queries(url)
+            first = report_once(url, work / "reports-warmup", files[0])
+            runs: list[list[tuple[float, float, int]]] = [[] for _ in configs]
+            for i in schedule(len(configs), repeats):
+                runs[i].append(report_once(url, work / f"reports-{i}", files[i]))
+                print(f"  {' '.join(configs[i] or ['default'])}: {runs[i][-1][0]:.2f} s", flush=True)
+            counted = [queries(url, c) for c in configs]
         finally:
             prom.terminate()
             prom.wait(timeout=30)
-        if any(code != 0 for _, _, code in runs):
-            raise RuntimeError(f"report failed: {runs}")
-        times = sorted(s for s, _, _ in runs)
-        return {
-            "gpus": gpus,
-            "samples_millions": samples / 1e6,
-            "backfill_seconds": fill_s,
-            "tsdb_mib": tsdb / 2**20,
-            "report_seconds_first": runs[0][0],
-            "report_seconds_median": times[len(times) // 2],
-            "report_seconds_max": times[-1],
-            "peak_rss_mib": max(r for _, r, _ in runs),
-            "queries": n_queries,
-        }
+        if any(code != 0 for r in [first, *(x for rs in runs for x in rs)] for code in r[2:]):
+            raise RuntimeError(f"report failed: {first} {runs}")
+        out = []
+        for c, rs, (n_queries, n_rows) in zip(configs, runs, counted, strict=True):
+            times = sorted(s for s, _, _ in rs)
+            out.append(
+                {
+                    "gpus": gpus,
+                    "group_by": c if c is not None else "default",
+                    "samples_millions": samples / 1e6,
+                    "backfill_seconds": fill_s,
+                    "tsdb_mib": tsdb / 2**20,
+                    "report_seconds_first": first[0],
+                    "report_seconds_median": times[len(times) // 2],
+                    "report_seconds_min": times[0],
+                    "report_seconds_max": times[-1],
+                    "report_seconds": [s for s, _, _ in rs],
+                    "peak_rss_mib": max(r for _, r, _ in rs),
+                    "queries": n_queries,
+                    "rows_by_group": n_rows,
+                }
+            )
+        return out
     finally:
         if cache is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -267,44 +324,46 @@ def main() -> None:
     ap.add_argument("--gpus", default="64,256,1024", help="fleet sizes, comma-separated")
     ap.add_argument("--days", type=int, default=7)
     ap.add_argument("--step", type=int, default=15, help="scrape interval of the backfilled series (s)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="timed reports per configuration")
     ap.add_argument("--cache", type=Path, help="keep the backfilled TSDBs here and reuse them next time")
+    ap.add_argument(
+        "--group-by",
+        action="append",
+        metavar="LIST",
+        help="[analytics] group_by of one configuration, comma-separated, or default (repeatable; default: default)",
+    )
+    ap.add_argument("--name", default="report_scale", help="results file: bench/results/NAME.json")
     a = ap.parse_args()
+    configs = [parse_group_by(g) for g in a.group_by or ["default"]]
     require_prometheus()
-    rows = [run_size(int(n), a.days, a.step, a.repeats, a.cache) for n in a.gpus.split(",")]
+    rows = [r for n in a.gpus.split(",") for r in run_size(int(n), a.days, a.step, a.repeats, a.cache, configs)]
+    base = {r["gpus"]: r["report_seconds_median"] for r in rows if r["group_by"] == rows[0]["group_by"]}
+    head = ["GPUs", "group_by", "samples (M)", "backfill s", "TSDB MiB", "1st s", "median s", "min s", "max s"]
     print(
         table(
-            [
-                "GPUs",
-                "samples (M)",
-                "backfill s",
-                "TSDB MiB",
-                "report s (1st)",
-                "report s (median)",
-                "peak RSS MiB",
-                "queries",
-            ],
+            [*head, "vs first", "peak RSS MiB", "queries", "group rows"],
             [
                 [
                     r["gpus"],
-                    r["samples_millions"],
-                    r["backfill_seconds"],
-                    r["tsdb_mib"],
-                    r["report_seconds_first"],
-                    r["report_seconds_median"],
+                    ",".join(r["group_by"]) if isinstance(r["group_by"], list) else r["group_by"],
+                    *(r[k] for k in ("samples_millions", "backfill_seconds", "tsdb_mib", "report_seconds_first")),
+                    *(r[k] for k in ("report_seconds_median", "report_seconds_min", "report_seconds_max")),
+                    r["report_seconds_median"] / base[r["gpus"]],
                     r["peak_rss_mib"],
                     r["queries"],
+                    sum(n for g, n in r["rows_by_group"].items() if g not in PLAIN_ROWS),
                 ]
                 for r in rows
             ],
         )
     )
     path = write_result(
-        "report_scale",
+        a.name,
         {
             "days": a.days,
             "step_seconds": a.step,
             "repeats": a.repeats,
+            "data": DATA,
             "rows": rows,
             "target": {"gpus": 1024, "seconds": 10, "rss_mib": 1024},
         },
