@@ -6,9 +6,16 @@ import argparse
 import sys
 from typing import Any
 
+from daemonkit.argparse_hints import HintingParser, describe
 from daemonkit.logs import setup_logging
 from daemonkit.settings import ConfigError, load_settings
 from exporter.config import DEFAULT_PORT, Settings
+
+DESCRIPTION = "Run the node exporter: sample the GPUs and serve their use, energy and jobs on /metrics."
+EXAMPLES = (  # arguments only: ``gpuledger exporter`` and ``python -m exporter`` take the same
+    f"--listen :{DEFAULT_PORT} --reader nvml",
+    "--config /etc/gpuledger/gpuledger.toml --check-config",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,7 +89,8 @@ def run(args: argparse.Namespace, settings_cls: type[Settings] = Settings) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m exporter", description="gpuledger exporter")
+    p = HintingParser(prog="python -m exporter")
     add_arguments(p)
     add_check_argument(p)
+    describe(p, DESCRIPTION, *(f"python -m exporter {e}" for e in EXAMPLES))
     return run(p.parse_args(argv))

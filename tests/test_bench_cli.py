@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,13 +52,23 @@ def test_bad_arguments_exit_2_with_a_clear_message(args: list[str], message: str
 def test_a_run_prints_tables_an_estimate_and_json(tmp_path: Path) -> None:
     require_torch()
     out = tmp_path / "r.json"
-    res = bench("allreduce", "--quick", "--json", str(out))
+    res = bench("all", "--quick", "--json", str(out))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "estimated" in res.stderr and "(gloo, cpu)" in res.stderr
-    assert "algbw(GB/s)" in res.stdout and "#wrong" in res.stdout and "# Avg bus bandwidth" in res.stdout
+    assert re.search(r"algbw\((MB|GB)/s\)", res.stdout), res.stdout  # the unit that fits the figures
+    assert "#wrong" in res.stdout and "# Avg bus bandwidth" in res.stdout
+    assert "# ranks" in res.stdout and "samples/s/rank" in res.stdout and "per GPU" not in res.stdout
     data = json.loads(out.read_text())
-    assert data["status"] == {"allreduce": "ok"} and data["plan"]["world_size"] == 2
+    assert data["status"] == dict.fromkeys(("allreduce", "train", "matmul", "memcpy"), "ok")
+    assert data["plan"]["world_size"] == 2
     assert data["allreduce"]["rows"][0]["size_bytes"] == 1024 and data["allreduce"]["rows"][-1]["wrong"] == 0
+    # the table shows each figure in its unit; the JSON keeps FLOP/s and bytes/s
+    for row in data["matmul"]:
+        unit = re.search(rf"#  dtype +n +(\S+)\n(?:.*\n)*? +{row['dtype']} +{row['n']} +(\S+)", res.stdout)
+        assert unit is not None, res.stdout
+        scale = {"GFLOP/s": 1e9, "TFLOP/s": 1e12}[unit[1]]
+        assert float(unit[2]) == pytest.approx(row["flops_per_second"] / scale, abs=0.006)
+        assert float(unit[2]) >= 0.01  # never a column of 0.00
 
 
 def test_two_nodes_meet_through_torchrun_rendezvous() -> None:
@@ -84,7 +95,7 @@ def test_two_nodes_meet_through_torchrun_rendezvous() -> None:
     ]
     outs = [p.communicate(timeout=240) for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], outs
-    printed = [o for o, _ in outs if "busbw(GB/s)" in o]
+    printed = [o for o, _ in outs if "busbw(" in o]
     assert len(printed) == 1  # the node running global rank 0
     assert "2 ranks" in printed[0] and "# Out of bounds values : 0 OK" in printed[0]
     assert any("the node running global rank 0 prints the results" in o for o, _ in outs)

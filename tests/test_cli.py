@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from collections.abc import Callable
@@ -9,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from daemonkit.argparse_hints import HintingParser, suggestion
 from daemonkit.settings import split_listen
+from exporter import cli as exporter_cli
 from exporter import config
+from gpuledger.cli import build_parser
 from tests.support.http import http_get
 from tests.support.metrics import one, parse_metrics
 from tests.support.paths import CAPTURE, REPO
@@ -92,6 +96,79 @@ def test_listen_forms() -> None:
     assert split_listen("[::1]:9") == ("::1", 9)
     with pytest.raises(ValueError):
         split_listen("host:99999")
+
+
+def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "usage:" not in err, err  # one line, not the usage
+    return err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["exporter", "--port", "9000"],
+            "gpuledger exporter: error: unknown option --port (did you mean --listen :9000?)",
+        ),
+        (["exporter", "--port=9000"], "unknown option --port (did you mean --listen :9000?)"),
+        (["exporter", "--bind", "0.0.0.0:9000"], "(did you mean --listen 0.0.0.0:9000?)"),
+        (
+            ["analytics", "--port", "10046"],
+            "gpuledger analytics: error: unknown option --port (did you mean --listen :10046?)",
+        ),
+        (["up", "--analytics-port", "9001"], "(did you mean --analytics-listen :9001?)"),
+        (["demo", "--port", "9000"], "gpuledger demo: error: unknown option --port (did you mean --listen :9000?)"),
+        (["demo", "--analytics-port=9001"], "(did you mean --analytics-listen :9001?)"),
+        (["exporter", "--relader", "nvml"], "unknown option --relader (did you mean --reader?)"),
+        (["report", "--formt", "md"], "unknown option --formt (did you mean --format?)"),
+        (["bench", "all", "--quik"], "gpuledger bench: error: unknown option --quik (did you mean --quick?)"),
+        (["report", "--port", "9000"], "gpuledger report: error: unknown option --port; see gpuledger report --help"),
+        (["report", "stray"], "gpuledger report: error: unexpected argument 'stray'; see gpuledger report --help"),
+        (["bench", "everything"], "gpuledger bench: error: argument what: invalid choice: 'everything'"),
+    ],
+)
+def test_an_unknown_option_is_one_line_naming_it_with_what_was_meant(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert said in usage_error(argv, capsys)
+
+
+def test_every_parser_gives_the_hints(capsys: pytest.CaptureFixture[str]) -> None:
+    def tree(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        return [p, *(q for a in subs for c in a.choices.values() for q in tree(c))]
+
+    assert all(isinstance(p, HintingParser) for p in tree(build_parser()))
+    with pytest.raises(SystemExit) as e:
+        exporter_cli.main(["--port", "9000"])  # python -m exporter
+    assert e.value.code == 2
+    assert "python -m exporter: error: unknown option --port (did you mean --listen :9000?)" in capsys.readouterr().err
+
+
+def test_suggestions() -> None:
+    known = ["-h", "--help", "--listen", "--analytics-listen", "--reader"]
+    assert suggestion(known, "--port", "9000") == "--listen :9000"
+    assert suggestion(known, "--port", None) == "--listen HOST:PORT"
+    assert suggestion(known, "--host", "0.0.0.0") == "--listen 0.0.0.0:PORT"
+    assert suggestion(known, "--analytics-port", "1") == "--analytics-listen :1"
+    assert suggestion(known, "--metrics-port", "1") == "--listen :1"
+    assert suggestion(known, "--readr", None) == "--reader"
+    assert suggestion(known, "--zzz", None) is None
+    assert suggestion(["--out", "--format"], "--port", "1") is None  # not --out: it does not listen
+
+
+@pytest.mark.integration
+def test_an_unknown_option_in_a_real_process_exits_2_in_one_line() -> None:
+    res = run_cli("exporter", "--port", "9000")
+    assert res.returncode == 2
+    assert res.stderr == (
+        "gpuledger exporter: error: unknown option --port (did you mean --listen :9000?); "
+        "see gpuledger exporter --help\n"
+    )
 
 
 @pytest.mark.integration

@@ -17,6 +17,12 @@ from exporter.benchmarks.plan import BENCHES, Backend, Plan, default_plan
 from exporter.benchmarks.results import plain
 from exporter.benchmarks.runner import BenchRunner, Event, Outcome, Rendezvous
 
+HELP = (  # --help: a one-line description, then examples
+    "Run torch.distributed benchmarks once and print nccl-tests-style tables (all-reduce, training, GEMM, copies).",
+    "gpuledger bench all --quick",
+    "gpuledger bench allreduce --backend gloo --world-size 2 --json allreduce.json",
+)
+
 
 class UsageError(Exception):
     """Bad arguments; the CLI exits 2 with the message."""
