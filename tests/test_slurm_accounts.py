@@ -14,7 +14,7 @@ from analytics.report.build import build
 from analytics.report.model import UNALLOCATED
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.promapi import Series
-from analytics.sources.prometheus import slurm_attributes
+from analytics.sources.prometheus_slurm import slurm_attributes
 from analytics.week_data import JobWeek, WeekData, Window
 from exporter import history
 from exporter.attribution import slurmenv
@@ -355,20 +355,34 @@ class _InfoAPI:
         return [Series(labels, 1.0) for labels in self.series]
 
 
-def test_the_prometheus_source_joins_the_info_series_on_job_id() -> None:
+def test_the_prometheus_source_joins_the_info_series_on_the_job() -> None:
     series = [
-        {"job_id": "7", "account": "", "partition": "gpu", "qos": ""},  # an exporter before the environment was read
-        {"job_id": "7", "account": "pi-a", "partition": "gpu", "qos": ""},
-        {"job_id": "8", "account": "pi-z", "partition": "", "qos": ""},
-        {"job_id": "8", "account": "pi-b", "partition": "", "qos": ""},  # two hosts disagree: label order decides
-        {"job_id": "", "account": "pi-none", "partition": "", "qos": ""},
+        {"job_id": "7", "user": "ada", "account": "", "partition": "gpu", "qos": ""},  # before the environment was read
+        {"job_id": "7", "user": "ada", "account": "pi-a", "partition": "gpu", "qos": ""},
+        {"job_id": "8", "user": "bo", "account": "pi-z", "partition": "", "qos": ""},
+        {"job_id": "8", "user": "bo", "account": "pi-b", "partition": "", "qos": ""},  # two hosts disagree: label order
+        {"job_id": "", "user": "cy", "account": "pi-none", "partition": "", "qos": ""},
     ]
     for order in (series, series[::-1]):
         api = _InfoAPI(order)
-        assert slurm_attributes(api, WINDOW) == {"7": ("pi-a", "gpu", ""), "8": ("pi-b", "", "")}  # type: ignore[arg-type]
+        got = slurm_attributes(api, WINDOW)  # type: ignore[arg-type]
+        assert dict(got.by_cluster) == {
+            ("", "7", "ada"): ("pi-a", "gpu", ""),
+            ("", "8", "bo"): ("pi-b", "", ""),
+        }
+        assert got.of("", "", JobKey("7", "ada")) == ("pi-a", "gpu", "")
+        assert got.of("", "", JobKey("7", "eve")) == ("", "", "")  # another user's job 7: not this one
+        assert got.of("site-b", "", JobKey("7", "ada")) == ("", "", "")  # another cluster's job 7
         assert api.asked == [
             (
-                "max by (job_id, account, partition, qos) (last_over_time(gpuledger_job_info[10800s]))",
+                "max by (instance, job_id, user, account, partition, qos) (last_over_time(gpuledger_job_info[10800s]))",
                 WINDOW.end,
             )
         ]
+    assert "max by (kube_cluster, instance, job_id," in _asked(series, "kube_cluster")
+
+
+def _asked(series: list[dict[str, str]], cluster_label: str) -> str:
+    api = _InfoAPI(series)
+    slurm_attributes(api, WINDOW, cluster_label)  # type: ignore[arg-type]
+    return api.asked[0][0]

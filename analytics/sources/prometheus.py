@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from analytics.config import PrometheusSettings
 from analytics.sources import counters, kubernetes
 from analytics.sources.base import SourceUnavailable
 from analytics.sources.promapi import PromAPI, QueryError, rng
+from analytics.sources.prometheus_slurm import NO_SLURM, slurm_attributes
 from analytics.week_data import (
     BenchRun,
     BenchWeek,
@@ -69,8 +70,7 @@ class PrometheusSource:
 
     def week(self, w: Window, *, jobs: bool = True) -> WeekData:
         problems: list[str] = []
-        gpus = self._gpus(w, problems)
-        hosts = {g.uuid: g.host for g in gpus}
+        gpus, targets = self._gpus(w, problems)
 
         def part(what: str, fn: Callable[[], T], empty: T) -> T:
             try:
@@ -82,12 +82,14 @@ class PrometheusSource:
         no_jobs: list[JobWeek] = []
         no_queue: list[QueueWeek] = []
         no_failures: list[FailureWeek] = []
-        per_job = part("per-job figures", lambda: self._jobs(w, hosts), no_jobs) if jobs else no_jobs
+        per_job = part("per-job figures", lambda: self._jobs(w, gpus, targets), no_jobs) if jobs else no_jobs
         if self.pod_labels and any(j.job.pod for j in per_job):
             per_job = self._labelled(w, per_job, gpus, problems)
         queue = part("queue", lambda: self._queue(w), no_queue)
         if self.s.kube_state_metrics:
-            queue += part("Kubernetes queue wait", lambda: kubernetes.queue_wait(self.api, w), no_queue)
+            queue += part(
+                "Kubernetes queue wait", lambda: kubernetes.queue_wait(self.api, w, self.s.cluster_label), no_queue
+            )
         failures = part("failed jobs", lambda: self._failures(w), no_failures)
         bench = part("benchmarks", lambda: self._bench(w), None)
         return WeekData(
@@ -108,7 +110,8 @@ class PrometheusSource:
 
     # --- GPUs ---------------------------------------------------------------------------
 
-    def _gpus(self, w: Window, problems: list[str]) -> list[GpuWeek]:
+    def _gpus(self, w: Window, problems: list[str]) -> tuple[list[GpuWeek], dict[str, str]]:
+        """The GPUs, and each one's scrape target (``instance``: the exporter that wrote its series)."""
         try:
             totals = counters.day_totals(self.api, w, GPU_COUNTERS, "sampled", "gpuledger_gpu_info")
         except QueryError as e:
@@ -148,12 +151,15 @@ class PrometheusSource:
                     ),
                 )
             )
-        return out
+        return out, {uuid: labels.get("instance", "") for uuid, labels in totals.labels.items()}
 
     # --- jobs, queue, failures, benchmarks ---------------------------------------------
 
-    def _jobs(self, w: Window, hosts: dict[str, str]) -> list[JobWeek]:
-        """By day, as the GPU totals."""
+    def _jobs(self, w: Window, gpus: Sequence[GpuWeek], targets: Mapping[str, str]) -> list[JobWeek]:
+        """By day, as the GPU totals; Slurm's account, partition and QOS joined on the row's own
+        job (``SlurmAttributes``)."""
+        hosts = {g.uuid: g.host for g in gpus}
+        cluster = {g.uuid: g.cluster for g in gpus}
         by = "uuid, " + ", ".join(JOB_LABELS)
         seen: dict[tuple[str, JobKey], None] = {}  # (uuid, job), in the order first answered
         sampled: dict[tuple[str, JobKey], float] = defaultdict(float)
@@ -178,23 +184,28 @@ class PrometheusSource:
                 key = (s.labels.get("uuid", ""), JobKey(*(s.labels.get(k, "") for k in JOB_LABELS)))
                 seen[key] = None
                 into[key] += s.value
-        slurm = slurm_attributes(self.api, w) if any(k.job_id for _, k in seen) else {}
-        return [
-            JobWeek(
-                u,
-                hosts.get(u, ""),
-                k,
-                sampled[u, k],
-                busy[u, k],
-                energy[u, k],
-                partition=slurm.get(k.job_id, NO_SLURM)[1],
-                charged_s=charged.get((u, k)),
-                stalled_s=stalled.get((u, k)),
-                account=slurm.get(k.job_id, NO_SLURM)[0],
-                qos=slurm.get(k.job_id, NO_SLURM)[2],
+        slurm = slurm_attributes(self.api, w, self.s.cluster_label) if any(k.job_id for _, k in seen) else None
+        out = []
+        for u, k in sorted(seen, key=lambda x: x[0]):
+            account, partition, qos = (
+                slurm.of(cluster.get(u, ""), targets.get(u, ""), k) if slurm and k.job_id else NO_SLURM
             )
-            for u, k in sorted(seen, key=lambda x: x[0])
-        ]
+            out.append(
+                JobWeek(
+                    u,
+                    hosts.get(u, ""),
+                    k,
+                    sampled[u, k],
+                    busy[u, k],
+                    energy[u, k],
+                    partition=partition,
+                    charged_s=charged.get((u, k)),
+                    stalled_s=stalled.get((u, k)),
+                    account=account,
+                    qos=qos,
+                )
+            )
+        return out
 
     def _labelled(self, w: Window, rows: list[JobWeek], gpus: list[GpuWeek], problems: list[str]) -> list[JobWeek]:
         """The pod rows with their chosen kube_pod_labels labels (``kubernetes.pod_labels``)."""
@@ -299,25 +310,6 @@ class PrometheusSource:
         model = models[0].labels.get("model", "") if models else ""
         efficiency = runs("gpuledger_bench_train_scaling_efficiency_ratio")
         return BenchWeek.of_runs(busbw, speedup, efficiency, throughput, model)
-
-
-NO_SLURM = ("", "", "")
-
-
-def slurm_attributes(api: PromAPI, w: Window) -> dict[str, tuple[str, str, str]]:
-    """Job id -> (account, partition, qos) from ``gpuledger_job_info`` over the window, one query
-    (the per-job counters carry none of them: they are joined here on job_id). Where the series
-    disagree (a job's hosts, an exporter restart), the one naming most of the three wins, then
-    the first in label order, so the answer never depends on the order Prometheus returns."""
-    expr = f"max by (job_id, account, partition, qos) (last_over_time(gpuledger_job_info[{rng(w.seconds)}]))"
-    found: dict[str, tuple[str, str, str]] = {}
-    for s in api.query(expr, w.end):
-        job = s.labels.get("job_id", "")
-        named = (s.labels.get("account", ""), s.labels.get("partition", ""), s.labels.get("qos", ""))
-        before = found.get(job)
-        if job and (before is None or (sum(map(bool, named)), before) > (sum(map(bool, before)), named)):
-            found[job] = named
-    return found
 
 
 LOOKBACK = "7d"  # data this long before a window means the history began before it
