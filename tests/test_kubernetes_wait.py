@@ -11,7 +11,7 @@ import pytest
 from analytics.config import PrometheusSettings
 from analytics.sources.kubernetes import queue_wait
 from analytics.sources.promapi import PromAPI
-from analytics.week_data import Window
+from analytics.week_data import QueueWeek, Window
 from tests.support.prometheus import PrometheusServer
 
 # starts real components (see [tool.pytest.ini_options] markers): not in scripts/test --fast
@@ -32,35 +32,66 @@ PODS: dict[str, tuple[int, int | None, int, int]] = {
 }
 
 
-def _write(path: Path) -> None:
+KSM_RESTART = 24 * H  # without honor_labels: kube-state-metrics' own pod is renamed here
+
+
+def _lab(pod: str, t: int, shape: str, cluster: str) -> str:
+    """The pod's labels on a sample at ``t`` as the scrape left them: ``plain`` (honor_labels, or
+    no target labels to collide with); ``exported`` (honor_labels off: kube-state-metrics' own pod
+    in ``namespace``/``pod``, renamed by its restart, the object's in ``exported_*``)."""
+    own = f'cluster="{cluster}",' if cluster else ""
+    if shape == "plain":
+        return f'{own}namespace="ml",pod="{pod}"'
+    ksm = "kube-state-metrics-0" if t < KSM_RESTART else "kube-state-metrics-1"
+    return f'{own}namespace="monitoring",pod="{ksm}",exported_namespace="ml",exported_pod="{pod}"'
+
+
+def _write(path: Path, shape: str = "plain", clusters: tuple[str, ...] = ("",)) -> None:
     with path.open("w") as out:
-        for pod, (created, scheduled, gpus, containers) in PODS.items():
-            lab = f'namespace="ml",pod="{pod}"'
-            alive = range(max(created, -6 * H), END - START + 1, STEP)
-            for t in alive:
-                out.write(f"kube_pod_created{{{lab}}} {START + created} {START + t}\n")
-            if scheduled is not None:
-                for t in range(scheduled, END - START + 1, STEP):
-                    out.write(f"kube_pod_status_scheduled_time{{{lab}}} {START + scheduled} {START + t}\n")
-            for c in range(containers):
-                resource = "nvidia_com_gpu" if gpus else "cpu"
-                clab = f'{lab},container="c{c}",resource="{resource}",unit="integer"'
+        for cluster in clusters:
+            for pod, (created, scheduled, gpus, containers) in PODS.items():
+                alive = range(max(created, -6 * H), END - START + 1, STEP)
                 for t in alive:
-                    out.write(f"kube_pod_container_resource_requests{{{clab}}} {gpus or 1} {START + t}\n")
+                    out.write(f"kube_pod_created{{{_lab(pod, t, shape, cluster)}}} {START + created} {START + t}\n")
+                if scheduled is not None:
+                    for t in range(scheduled, END - START + 1, STEP):
+                        lab = _lab(pod, t, shape, cluster)
+                        out.write(f"kube_pod_status_scheduled_time{{{lab}}} {START + scheduled} {START + t}\n")
+                for c in range(containers):
+                    resource = "nvidia_com_gpu" if gpus else "cpu"
+                    for t in alive:
+                        clab = f'{_lab(pod, t, shape, cluster)},container="c{c}",resource="{resource}",unit="integer"'
+                        out.write(f"kube_pod_container_resource_requests{{{clab}}} {gpus or 1} {START + t}\n")
         out.write("# EOF\n")
 
 
-def test_pod_waits_and_pending_gpu_hours(tmp_path: Path) -> None:
-    _write(tmp_path / "ksm.om")
+def _read(tmp_path: Path, cluster_label: str = "") -> QueueWeek:
     server = PrometheusServer.backfilled(tmp_path, tmp_path / "ksm.om")
     try:
         with closing(PromAPI(PrometheusSettings(url=server.url))) as api:
-            [q] = queue_wait(api, Window(START, END, "two days", "UTC"))
+            [q] = queue_wait(api, Window(START, END, "two days", "UTC"), cluster_label)
     finally:
         server.stop()
-    waits = [120.0, 3600.0, 600.0]
+    return q
+
+
+WAITS = [120.0, 3600.0, 600.0]
+# GPU-hours pending inside the window: 1 x 2 min + 8 x 1 h + 2 x 10 min + 8 x (48 h - 40 h)
+PENDING = 120 / H + 8 * 1 + 2 * 600 / H + 8 * 8
+
+
+@pytest.mark.parametrize("shape", ["plain", "exported"])
+def test_pod_waits_and_pending_gpu_hours(tmp_path: Path, shape: str) -> None:
+    _write(tmp_path / "ksm.om", shape)
+    q = _read(tmp_path)
     assert (q.partition, q.source, q.started) == ("kubernetes", "exact", 3)
-    assert q.wait_mean == pytest.approx(sum(waits) / 3) and q.wait_max == 3600.0 and not q.wait_max_is_bound
+    assert q.wait_mean == pytest.approx(sum(WAITS) / 3) and q.wait_max == 3600.0 and not q.wait_max_is_bound
     assert q.wait_p50 == 600.0
-    # GPU-hours pending inside the window: 1 x 2 min + 8 x 1 h + 2 x 10 min + 8 x (48 h - 40 h)
-    assert q.pending_gpu_hours == pytest.approx(120 / H + 8 * 1 + 2 * 600 / H + 8 * 8)
+    assert q.pending_gpu_hours == pytest.approx(PENDING)  # train-b: 2 x 4 GPUs, not 4 (nor kube-state-metrics')
+
+
+def test_the_same_pods_in_two_clusters_are_two_pods(tmp_path: Path) -> None:
+    _write(tmp_path / "ksm.om", "exported", clusters=("eu", "us"))
+    q = _read(tmp_path, cluster_label="cluster")
+    assert q.started == 6 and q.wait_mean == pytest.approx(sum(WAITS) / 3) and q.wait_max == 3600.0
+    assert q.pending_gpu_hours == pytest.approx(2 * PENDING)

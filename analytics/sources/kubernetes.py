@@ -21,13 +21,20 @@ PodKey = tuple[str, str, str]  # (cluster, namespace, pod)
 NO_LABELS = "pod labels: no kube_pod_labels series in the window (is kube-state-metrics scraped?): pods go under (none)"
 
 
-def queue_wait(api: PromAPI, w: Window) -> list[QueueWeek]:
-    def by_pod(series: str, across_containers: str = "max") -> dict[tuple[str, str], float]:
-        out: dict[tuple[str, str], float] = {}
+def queue_wait(api: PromAPI, w: Window, cluster_label: str = "") -> list[QueueWeek]:
+    """The GPU pods' waits, each pod named as ``_pod`` names it (scraped with or without
+    honor_labels) within its cluster (``cluster_label``; "" where there is none), so the same pod
+    name in two clusters is two pods."""
+    by = ", ".join(_by(cluster_label))
+
+    def by_pod(series: str, across_containers: str = "max") -> dict[PodKey, float]:
+        out: dict[PodKey, float] = {}
         for day in days(w):  # by day: each query's samples stay bounded
-            expr = f"{across_containers} by (namespace, pod) (last_over_time({series}[{rng(day.seconds)}]))"
+            expr = f"{across_containers} by ({by}) (last_over_time({series}[{rng(day.seconds)}]))"
             for s in api.query(expr, day.end):
-                key = (s.labels.get("namespace", ""), s.labels.get("pod", ""))
+                namespace, pod = _pod(s.labels)
+                key = (s.labels.get(cluster_label, "") if cluster_label else "", namespace, pod)
+                # max: a pod seen by two kube-state-metrics pods (a restart renames the scraped pod)
                 out[key] = max(out.get(key, s.value), s.value)
         return out
 
@@ -69,17 +76,23 @@ def _pod(labels: Mapping[str, str]) -> tuple[str, str]:
     return labels.get("namespace", ""), labels.get("pod", "")
 
 
+def _by(cluster_label: str, *names: str) -> list[str]:
+    """What to aggregate kube-state-metrics' series by: the cluster, both shapes of the pod's
+    name (``_pod`` picks one), then ``names``."""
+    return list(
+        dict.fromkeys(
+            [*(x for x in (cluster_label,) if x), "namespace", "pod", "exported_namespace", "exported_pod", *names]
+        )
+    )
+
+
 def pod_labels(api: PromAPI, w: Window, names: Sequence[str], cluster_label: str) -> dict[PodKey, Labels]:
     """(cluster, namespace, pod) -> the pod's chosen labels (name order; a label the pod lacks is
     left out), the latest label set seen in ``w``: per day, the time of each label set's last
     sample (``timestamp()`` in a 1-minute subquery), and the latest wins across the days."""
     if not names:
         return {}
-    by = ", ".join(
-        dict.fromkeys(
-            [*(x for x in (cluster_label,) if x), "namespace", "pod", "exported_namespace", "exported_pod", *names]
-        )
-    )
+    by = ", ".join(_by(cluster_label, *names))
     queries = [
         (f"max by ({by}) (max_over_time(timestamp(kube_pod_labels)[{rng(d.seconds)}:1m]))", d.end) for d in days(w)
     ]
