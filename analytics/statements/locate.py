@@ -63,21 +63,29 @@ def _embedded(source: EmbeddedSource, job: str) -> Span | None:
 
 
 def _prometheus(source: PrometheusSource, job: str, now: float) -> Span | None:
+    """From the job's first sample to the last that grew: the exporter keeps a finished job's
+    series a while (``GRACE``), flat, and those minutes are not the job's."""
     ns, pod = _parts(job)
     sel = f'namespace="{label_value(ns)}", pod="{label_value(pod)}"' if ns else f'job_id="{label_value(job)}"'
-    metric = f"timestamp(gpuledger_job_gpu_sampled_seconds_total{{{sel}}})[{LOOKBACK_DAYS}d:1m]"
     api = source.api
     with api.report():
-        first = api.query(f"min(min_over_time({metric}))", now)
+        first = api.query(_first(sel), now)
         if not first and not ns:  # not a Slurm job id: a pod's name
             sel = f'job_id="", pod="{label_value(job)}"'
-            metric = f"timestamp(gpuledger_job_gpu_sampled_seconds_total{{{sel}}})[{LOOKBACK_DAYS}d:1m]"
-            first = api.query(f"min(min_over_time({metric}))", now)
+            first = api.query(_first(sel), now)
         if not first:
             return None
-        last = api.query(f"max(max_over_time({metric}))", now)
-    end = last[0].value if last else first[0].value
-    return Span(first[0].value // 60 * 60, end // 60 * 60 + 60.0)
+        held = f"gpuledger_job_gpu_sampled_seconds_total{{{sel}}}"
+        grew = f"timestamp({held}) and ({held} > {held} offset 1m)"  # the samples that grew: their times
+        last = api.query(f"max(max_over_time(({grew})[{LOOKBACK_DAYS}d:1m]))", now)
+    start = first[0].value // 60 * 60
+    if not last:  # it never grew: its first minute
+        return Span(start, start + 60.0)
+    return Span(start, max(start + 60.0, math.ceil(last[0].value / 60) * 60.0))  # the end of its minute
+
+
+def _first(sel: str) -> str:
+    return f"min(min_over_time(timestamp(gpuledger_job_gpu_sampled_seconds_total{{{sel}}})[{LOOKBACK_DAYS}d:1m]))"
 
 
 def job_states(source: Source, start: float, end: float) -> dict[str, str] | None:
