@@ -12,6 +12,9 @@
 #
 # The healthcheck probes every URL in HEALTH_URL (space-separated; all must answer 200): the
 # default is the exporter's; set http://127.0.0.1:10045/healthz for `analytics`, and both for `up`.
+# /healthz is readiness (= /readyz): an exporter whose NVML is down is "unhealthy", which is true,
+# and Docker restarts nothing for it. Where something does restart unhealthy containers (Swarm,
+# an autoheal sidecar), set HEALTH_URL to /livez (200 while the process serves) instead.
 # podman keeps the HEALTHCHECK only in Docker-format images: `podman build --format docker`.
 
 # any image with python3 (3.11 or later) and its venv module: the official one, or Debian's

@@ -1,8 +1,10 @@
 """The HTTP server both daemons run: a thread per connection, optional TLS and basic auth with
 bcrypt-hashed passwords (the exporter-toolkit convention), gzip when the client accepts it.
 
-What it serves is a :class:`Site`: /metrics, /healthz (never behind auth, for probes), a landing
-page at / and any pages of the site's own. The server knows nothing of GPUs or reports.
+What it serves is a :class:`Site`: /metrics, the probes (never behind auth) /healthz and its
+alias /readyz (the site's readiness: 503 while what it serves is not true and current) and /livez
+(200 while the process serves: a liveness probe that a restart cannot fix is a crash loop), a
+landing page at / and any pages of the site's own. The server knows nothing of GPUs or reports.
 
 Hostile clients are bounded (docs/security.md, "HTTP endpoints"): a listen backlog of 128, at most
 ``max_connections`` connections (below the descriptor limit, which is raised to its hard limit at
@@ -55,13 +57,17 @@ class WebOptions:
 
 
 class Site(Protocol):
-    """What a server serves: /metrics, /healthz, a landing page and any pages of its own."""
+    """What a server serves: /metrics, readiness (/healthz, /readyz), a landing page and any pages
+    of its own. /livez needs nothing of the site."""
 
     def render(self, accept: str | None, gzip_ok: bool) -> tuple[bytes, str]:
         """The /metrics body (gzipped when ``gzip_ok``) and its content type."""
         ...
 
-    def health(self) -> tuple[bool, dict[str, object]]: ...
+    def health(self) -> tuple[bool, dict[str, object]]:
+        """(ready, JSON body) for /healthz and /readyz: 200 when ready, else 503."""
+        ...
+
     def landing(self) -> str: ...
     def page(self, path: str) -> tuple[bytes, str] | None:
         """(body, content type) for another path, or None for 404."""
@@ -255,8 +261,11 @@ class _Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
     def _route(self, path: str) -> None:
-        if path == "/healthz":
+        if path in ("/healthz", "/readyz"):
             self._healthz()
+            return
+        if path == "/livez":
+            self._send(200, b'{"status": "alive"}\n', "application/json")
             return
         if not self.server.auth.check(self.headers.get("Authorization")):
             self._send(

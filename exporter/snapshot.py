@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from exporter.attribution.shares import JobCounters, JobKey
-from exporter.readers import DeviceInfo, EccErrors, PcieThroughput, RemappedRows
+from exporter.readers import NO_NVML, DeviceInfo, EccErrors, PcieThroughput, RemappedRows
 
 P = TypeVar("P")
 
@@ -149,12 +149,22 @@ class Snapshot:
     reader: str
     hostname: str
     driver_version: str
-    nvml_up: bool
+    nvml_up: bool  # the reader is open and answering (on the nvml reader: NVML is up); see nvml_state
     sample_duration_seconds: float
     gpus: tuple[GpuSnapshot, ...]
     reader_errors: Mapping[str, int]
     parts: Mapping[type[Any], object] = field(default_factory=dict)
     """What the enabled features add (history stats, benchmarks, the queue, ...), by part type."""
+    reader_down: str = ""
+    """Why the reader is not open ("" while it is): the error of the last open, or of the call
+    that found it gone."""
+
+    @property
+    def nvml_state(self) -> bool | None:
+        """Whether NVML is up; None for a reader that involves no NVML (a replay of a capture),
+        whose snapshots claim nothing about NVML. The fake reader stands in for NVML in tests
+        and reports as NVML would."""
+        return None if self.reader in NO_NVML else self.nvml_up
 
     def part(self, kind: type[P]) -> P | None:
         """The part a feature of this type contributed, or None while that feature is off."""

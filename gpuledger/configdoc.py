@@ -90,7 +90,7 @@ it with `--listen HOST:PORT` (`:PORT` listens on every address, IPv6 and IPv4).
 maps user names to **bcrypt hashes** (plain passwords are refused), as in Prometheus'
 exporter-toolkit web config; make one with
 `python -c 'import bcrypt,getpass; print(bcrypt.hashpw(getpass.getpass().encode(), bcrypt.gensalt()).decode())'`.
-`/healthz` needs no credentials (probes); `/` and `/metrics` do.
+`/healthz`, `/readyz` and `/livez` need no credentials (probes); `/` and `/metrics` do.
 
 ## History durability
 

@@ -308,7 +308,7 @@ def _runs(d: Dashboard) -> None:
     d.add(
         bargauge(
             "Runs by benchmark and result",
-            "Runs over the time range: ok, failed, timeout, skipped_busy.",
+            "Runs over the time range: ok, failed, timeout, skipped_busy, skipped_no_gpu (NVML down or no GPU).",
             [
                 Q(
                     f"sum by (bench, result) ({per_node(increase('gpuledger_bench_runs_total', labels=JOB))})",

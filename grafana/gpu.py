@@ -12,6 +12,9 @@ from grafana.model import PROBLEM, UP_DOWN, UTILISATION, WARNING, YES_NO_BAD, Q,
 from grafana.panels import bargauge, gauge, info_table, stat, state_timeline, timeseries
 from grafana.promql import INFO, JOB, RANGE, RATE, increase, per_gpu, per_node, rate, sel, share
 
+NOT_NVML = sel("gpuledger_exporter_info", JOB, 'reader!="nvml"')
+NVML_STATE = mapping(v1=("UP", "green"), v0=("DOWN", "red"), **{"v-1": ("NO NVML", "blue")})
+
 
 def build() -> Dashboard:
     variables = [
@@ -80,10 +83,11 @@ def _health(d: Dashboard) -> None:
         stat(
             "NVML up",
             "gpuledger_nvml_up of the GPU's exporter: 0 when NVML is not initialised or not "
-            "answering (all GPUs of the host are then down).",
-            [Q(per_node(sel("gpuledger_nvml_up", JOB)), "{{hostname}}")],
+            "answering (all GPUs of the host are then down; its /readyz answers 503). NO NVML: a replay "
+            "exporter, which exports no gpuledger_nvml_up (gpuledger_exporter_info{reader} names its reader).",
+            [Q(per_node(f"{sel('gpuledger_nvml_up', JOB)} or on (instance) (0 * {NOT_NVML} - 1)"), "{{hostname}}")],
             "none",
-            mappings=UP_DOWN,
+            mappings=NVML_STATE,
             background=True,
         ),
         4,

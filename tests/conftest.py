@@ -18,10 +18,10 @@ from tests.support.processes import ExporterProcess
 def frozen_monotonic(monkeypatch: pytest.MonkeyPatch) -> FakeMonotonic:
     """The sampler's and the web site's monotonic clock, moved by hand."""
     import exporter.sampling.sampler
-    import exporter.scrape.site
+    import exporter.scrape.health
 
     fake = FakeMonotonic()
-    for module in (exporter.sampling.sampler, exporter.scrape.site):
+    for module in (exporter.sampling.sampler, exporter.scrape.health):
         monkeypatch.setattr(module, "time", fake)
     return fake
 

@@ -173,8 +173,13 @@ MUTATIONS: dict[str, tuple[Mutation, str]] = {
         _set(["spec", "ports", 0, "targetPort"], "metrics", _obj("Service", ANALYTICS)),
         "targetPort",
     ),
-    "probe-unknown-port": (_set(["containers", 0, "livenessProbe", "tcpSocket", "port"], "web", _analytics), "port"),
+    "probe-unknown-port": (_set(["containers", 0, "livenessProbe", "httpGet", "port"], "web", _analytics), "port"),
     "probe-path": (_set(["containers", 0, "readinessProbe", "httpGet", "path"], "/metrics", _exporter), "/metrics"),
+    # liveness on readiness' endpoint: a node whose NVML is down would restart the exporter in a loop
+    "liveness-on-readiness": (
+        _set(["containers", 0, "livenessProbe", "httpGet", "path"], "/healthz", _exporter),
+        "/healthz",
+    ),
     "probe-missing": (_set(["containers", 0, "readinessProbe"], _DELETE, _analytics), "readinessProbe"),
     "rw-root": (
         _set(["containers", 0, "securityContext", "readOnlyRootFilesystem"], _DELETE, _exporter),

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class BenchRecord:
-    """One benchmark of one round: result ok, failed, timeout or skipped_busy; data is the
-    result as JSON or the error text."""
+    """One benchmark of one round: result ok, failed, timeout, skipped_busy or skipped_no_gpu;
+    data is the result as JSON or the error text."""
 
     finished: float  # wall clock, epoch seconds
     bench: str

@@ -18,6 +18,7 @@ from exporter.benchmarks.plan import Plan, default_plan
 from exporter.benchmarks.records import BenchRecord
 from exporter.benchmarks.runner import BenchRunner, Event, Outcome
 from exporter.benchmarks.state import BenchState
+from exporter.readers import source_name
 
 if TYPE_CHECKING:
     from exporter.config import BenchSettings
@@ -59,6 +60,8 @@ class BenchScheduler:
         self._sched.start()
         job = self._sched.get_job("bench")
         log.info("benchmark rounds scheduled (%s); next at %s", trigger, job.next_run_time if job else "?")
+        if (missing := self.no_gpu()) is not None:
+            log.warning("%s: each round is skipped (skipped_no_gpu) until that changes", missing)
 
     def stop(self) -> None:
         if self._sched is not None:
@@ -90,7 +93,21 @@ class BenchScheduler:
         finally:
             self._lock.release()
 
+    def no_gpu(self) -> str | None:
+        """Why a round cannot measure GPUs here, or None: the reader is down (on an NVML node:
+        NVML is), or an NVML node has no GPU. A replay or fake reader runs gloo on the CPU."""
+        snap = self.sampler.snapshot
+        if not self.sampler.nvml_up:
+            return f"{source_name(self.sampler.reader.kind)} is down ({snap.reader_down or 'not opened'})"
+        if self.sampler.reader.kind == "nvml" and self.sampler.gpu_count() == 0:
+            return "NVML finds no GPU on this node"
+        return None
+
     def _round(self) -> Outcome | None:
+        if (missing := self.no_gpu()) is not None:
+            log.warning("benchmark round skipped (skipped_no_gpu): %s", missing)
+            self._store(self.state.skipped(self.settings.benches, time.time(), "skipped_no_gpu"))
+            return None
         idle, why = self.sampler.idle_status(self.settings.idle_window)
         if not idle:
             log.info("benchmark round skipped: %s", why)

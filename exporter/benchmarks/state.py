@@ -21,7 +21,7 @@ from exporter.benchmarks.results import (
 )
 from exporter.benchmarks.runner import Outcome
 
-RESULTS = ("ok", "failed", "timeout", "skipped_busy")
+RESULTS = ("ok", "failed", "timeout", "skipped_busy", "skipped_no_gpu")
 
 
 @dataclass(frozen=True)
@@ -70,13 +70,14 @@ class BenchState:
                 )
         return records
 
-    def skipped(self, benches: Iterable[str], at: float) -> list[BenchRecord]:
+    def skipped(self, benches: Iterable[str], at: float, result: str = "skipped_busy") -> list[BenchRecord]:
+        """Count a round not run: ``skipped_busy`` (the idle gate) or ``skipped_no_gpu``."""
         records = []
         with self._lock:
             for bench in benches:
-                self._runs[(bench, "skipped_busy")] = self._runs.get((bench, "skipped_busy"), 0) + 1
-                self._last[(bench, "skipped_busy")] = at
-                records.append(BenchRecord(at, bench, "skipped_busy", None, "", 0, None))
+                self._runs[(bench, result)] = self._runs.get((bench, result), 0) + 1
+                self._last[(bench, result)] = at
+                records.append(BenchRecord(at, bench, result, None, "", 0, None))
         return records
 
     def restore(self, records: Iterable[BenchRecord]) -> None:

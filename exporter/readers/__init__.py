@@ -2,6 +2,7 @@
 
 from exporter.readers.base import (
     CLOCK_EVENT_REASONS,
+    NO_NVML,
     Clocks,
     DeviceInfo,
     DriverInfo,
@@ -20,10 +21,12 @@ from exporter.readers.base import (
     Utilization,
     UtilSample,
     XidEvent,
+    source_name,
 )
 
 __all__ = [
     "CLOCK_EVENT_REASONS",
+    "NO_NVML",
     "Clocks",
     "DeviceInfo",
     "DriverInfo",
@@ -42,4 +45,5 @@ __all__ = [
     "UtilSample",
     "Utilization",
     "XidEvent",
+    "source_name",
 ]

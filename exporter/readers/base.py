@@ -193,6 +193,17 @@ class Reader(Protocol):
         ...
 
 
+NO_NVML = frozenset({"replay"})
+"""Readers whose readings do not come from NVML: no ``gpuledger_nvml_up``, and no "NVML" on
+their page, health or logs (``gpuledger_exporter_info{reader}`` names them). The fake reader
+stands in for NVML in tests and reports as NVML would."""
+
+
+def source_name(kind: str) -> str:
+    """What a reader's readings come from, for a log line or a page: "NVML", "the replay reader"."""
+    return f"the {kind} reader" if kind in NO_NVML else "NVML"
+
+
 CLOCK_EVENT_REASONS: dict[int, str] = {
     0x1: "gpu_idle",
     0x2: "applications_clocks_setting",

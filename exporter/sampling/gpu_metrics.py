@@ -13,6 +13,10 @@ def _flag(v: object) -> float | None:
     return None if v is None else float(bool(v))
 
 
+def _nvml_up(s: Snapshot) -> Value:
+    return None if s.nvml_state is None else float(s.nvml_state)
+
+
 def _identity(s: Snapshot, g: GpuSnapshot | None) -> Value:
     return None if g is None else {(g.info.model, g.info.pci_bus_id, s.driver_version, s.hostname): 1.0}
 
@@ -46,8 +50,8 @@ def _pcie(g: GpuSnapshot) -> Value:
 SAMPLER: Feature[object] = Feature("exporter", None, (
     row("gpuledger_exporter_info", "info", "", "Exporter version and the reader it uses (nvml, replay, fake).",
         "exporter", lambda s: {(__version__, s.reader): 1.0}, ("version", "reader")),
-    row("gpuledger_nvml_up", "gauge", "", "1 when the GPU reader (NVML) is initialised and answering.",
-        "nvmlInit", lambda s: float(s.nvml_up)),
+    row("gpuledger_nvml_up", "gauge", "", "1 when NVML is initialised and answering; absent where the reader "
+        "uses no NVML (a replay: see gpuledger_exporter_info{reader}).", "nvmlInit", _nvml_up),
     row("gpuledger_reader_errors_total", "counter", "", "Failed reader calls by call name (unsupported is no error).",
         "sampler", lambda s: {(k,): float(v) for k, v in s.reader_errors.items()}, ("call",)),
     row("gpuledger_sample_duration_seconds", "gauge", "seconds", "Duration of the last fast round over all GPUs.",

@@ -16,7 +16,7 @@ from typing import TypeVar
 from exporter.attribution.attributor import Attribution
 from exporter.attribution.procfs import Owner
 from exporter.attribution.shares import JobKey, shares
-from exporter.readers import GpuLost, Reader, ReaderError, ReaderUnavailable, XidEvent
+from exporter.readers import GpuLost, Reader, ReaderError, ReaderUnavailable, XidEvent, source_name
 from exporter.sampling import fastlane, slowlane, stalls
 from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, count_xids, idle_status, watch_xids
 from exporter.snapshot import EMPTY, JobMinuteRow, MinuteRow, Snapshot, by_type, job_minute_rows, minute_row
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 MinuteSink = Callable[[list[MinuteRow | JobMinuteRow]], None]
 R = TypeVar("R")
-FAILING_AFTER = 3  # consecutive failed rounds: the sampler is failing (/healthz answers 503)
+FAILING_AFTER = 3  # consecutive failed rounds: the sampler is failing (/healthz, /readyz answer 503)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,7 @@ class Sampler:
         self._lock = threading.Lock()
         self._gpus: list[TrackedGpu] = []
         self._nvml_up = False
+        self._down = "not opened yet"  # why the reader is not open ("" while it is)
         self._driver = ""
         self._retry_at = 0.0
         self._retry_delay = 1.0
@@ -252,15 +253,13 @@ class Sampler:
             devices = self.reader.devices()
         except ReaderError as e:
             self._retry_at = mono + min(self._retry_delay, self.opt.nvml_retry_max)
+            self._down = str(e)
             if not self._warned_down:
-                log.error(
-                    "NVML unavailable (%s): serving gpuledger_nvml_up 0, retrying with backoff up to %.0f s",
-                    e,
-                    self.opt.nvml_retry_max,
-                )
+                what, retry = source_name(self.reader.kind), self.opt.nvml_retry_max
+                log.error("%s unavailable (%s): not ready (/readyz 503), retrying up to every %.0f s", what, e, retry)
                 self._warned_down = True
             else:
-                log.debug("NVML still unavailable: %s", e)
+                log.debug("%s still unavailable: %s", source_name(self.reader.kind), e)
             self._retry_delay = min(self._retry_delay * 2, self.opt.nvml_retry_max)
             return False
         with self._lock:
@@ -276,7 +275,7 @@ class Sampler:
                 gpus.append(g)
             self._gpus = gpus
             self._driver = driver.driver_version
-            self._nvml_up = True
+            self._nvml_up, self._down = True, ""
         log.info(
             "%s reader up: driver %s, %d GPU(s): %s",
             self.reader.kind,
@@ -288,9 +287,9 @@ class Sampler:
         return True
 
     def _reader_down(self, e: ReaderError) -> None:
-        log.error("NVML went away (%s): GPUs marked down, re-initialising with backoff", e)
+        log.error("%s went away (%s): GPUs down, not ready, reopening with backoff", source_name(self.reader.kind), e)
         with self._lock:
-            self._nvml_up = False
+            self._nvml_up, self._down = False, str(e)
             for g in self._gpus:
                 g.up, g.last_t, g.observed_since = False, None, None
         self._retry_at = time.monotonic() + min(self._retry_delay, self.opt.nvml_retry_max)
@@ -377,6 +376,7 @@ class Sampler:
                 gpus=tuple(g.snapshot() for g in self._gpus),
                 reader_errors=self.errors.totals(),
                 parts=parts,
+                reader_down=self._down,
             )
         if self._on_snapshot is not None:
             try:

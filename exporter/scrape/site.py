@@ -1,16 +1,16 @@
 """The exporter's site, served by :class:`daemonkit.http.MetricsServer`: /metrics (the cached
-exposition), /healthz (the sampler's freshness) and a landing page with the latest snapshot's
-figures, all read from the snapshot, never from the reader."""
+exposition), /healthz and /readyz (readiness: ``exporter.scrape.health``) and a landing page with
+the latest snapshot's figures, all read from the snapshot, never from the reader."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from daemonkit.pages import render
 from exporter import __version__
 from exporter.scrape.cache import RenderCache
+from exporter.scrape.health import readiness
 from exporter.snapshot import GpuSnapshot, Snapshot
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -37,14 +37,14 @@ class ExporterSite:
         return self.exposition.render(accept, gzip_ok)
 
     def health(self) -> tuple[bool, dict[str, object]]:
-        return _health(self.snapshot(), self.stale_after, self.failure())
+        return readiness(self.snapshot(), self.stale_after, self.failure())
 
     def page(self, path: str) -> tuple[bytes, str] | None:
         return None
 
     def landing(self) -> str:
         s = self.snapshot()
-        ok, health = _health(s, self.stale_after, self.failure())
+        ok, health = readiness(s, self.stale_after, self.failure())
         age = health["last_sample_age_seconds"]
         errors = sum(s.reader_errors.values())
         return render(
@@ -58,31 +58,18 @@ class ExporterSite:
                 ("Sampler", str(health["status"])),
                 ("Last sample", DASH if age is None else f"{age:.1f} s ago"),
                 ("Sample took", f"{1000 * s.sample_duration_seconds:.1f} ms" if s.seq else DASH),
-                ("NVML", "up" if s.nvml_up else "down"),
+                *([("NVML", "up" if s.nvml_state else "down")] if s.nvml_state is not None else []),
                 ("Reader errors", f"{errors:,}"),
                 ("Stale after", f"{self.stale_after:g} s"),
             ],
             sampler_ok=ok,
+            status=health["status"],
+            reason=health.get("reason"),
             headers=["GPU", "Model", "UUID", "State", "Utilisation", "Power", "Memory", "Temperature", "Processes"],
             rows=[_gpu_row(g) for g in s.gpus],
             numeric=[False, False, False, False, True, True, True, True, True],
             dash=DASH,
         )
-
-
-def _health(s: Snapshot, stale_after: float, failure: str | None = None) -> tuple[bool, dict[str, object]]:
-    age = time.monotonic() - s.taken_monotonic if s.seq else None
-    fresh = age is not None and age <= stale_after
-    ok = fresh and failure is None
-    return ok, {
-        "status": "ok" if ok else "failing" if fresh else "stale",
-        **({"reason": failure} if failure is not None else {}),
-        "last_sample_age_seconds": None if age is None else round(age, 3),
-        "stale_after_seconds": stale_after,
-        "nvml_up": s.nvml_up,
-        "gpus": len(s.gpus),
-        "gpus_up": sum(g.up for g in s.gpus),
-    }
 
 
 def _num(v: float | None, fmt: str, unit: str) -> str:

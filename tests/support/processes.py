@@ -35,11 +35,13 @@ class ExporterProcess:
             cwd=REPO,
         )
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
-        ok = wait_until(lambda: http_get(self.url + "/healthz", timeout=1)[0] == 200, timeout)
+    def wait_ready(self, timeout: float = 20.0, probe: str = "/livez") -> None:
+        """Wait until ``probe`` answers 200: by default /livez, the process serves (its first
+        sampling round is done by then); "/readyz" also wants NVML up and the sampler fresh."""
+        ok = wait_until(lambda: http_get(self.url + probe, timeout=1)[0] == 200, timeout)
         if not ok:
             self.stop()
-            raise AssertionError(f"exporter did not become healthy:\n{self.output}")
+            raise AssertionError(f"exporter did not answer 200 on {probe}:\n{self.output}")
 
     def metrics(self) -> str:
         return http_get(self.url + "/metrics")[2].decode()
