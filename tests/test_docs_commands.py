@@ -267,6 +267,8 @@ def test_every_server_command_in_the_docs_starts_and_serves(
     env = _env(world) | {"GPULEDGER_HISTORY__PATH": str(tmp_path / "node-history.db")}
     if args[0] == "analytics":
         env["GPULEDGER_HISTORY__PATH"] = world["history"]
+    if args[0] == "up" and "--no-history" in args:  # as the page says: with the analytics on Prometheus
+        env["GPULEDGER_ANALYTICS__SOURCE"] = "prometheus"
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuledger", *args],
         stdout=subprocess.PIPE,
