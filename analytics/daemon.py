@@ -66,7 +66,7 @@ class Analytics:
         registry = CollectorRegistry(auto_describe=False)
         top_n = settings.analytics.group_top_n
         registry.register(ReportCollector(self.reports, settings.cost, self.tz, clock, top_n))
-        registry.register(RunsCollector(self.run_state))
+        registry.register(RunsCollector(self.run_state, self.tasks()))
         registry.register(BudgetCollector(self.budget_figures))
         self.site = AnalyticsSite(self, registry)
         host, port = split_listen(settings.analytics.listen)
@@ -81,6 +81,12 @@ class Analytics:
             ),
             self.site,
         )
+
+    def tasks(self) -> list[str]:
+        """The tasks this configuration runs, as gpuledger_analytics_runs_total names them."""
+        s = self.s
+        wanted = {"budgets": bool(s.budgets.rules), "statements": s.statements.enabled, "focus": s.focus.enabled}
+        return ["refresh", "weekly", *(t for t, on in wanted.items() if on)]
 
     @property
     def url(self) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -234,10 +234,12 @@ PRICE_GPU = Family(
 RUNS = Family(
     "gpuledger_analytics_runs_total",
     "counter",
-    "Report runs by task (weekly, refresh) and result: ok; no_data (the source answered, no GPU data in the "
-    "window: nothing written); error (the source could not answer).",
+    "Report runs by task (refresh, weekly; budgets, statements, focus where configured; each from 0 at start) "
+    "and result: ok; no_data (the source answered, no GPU data in the window: nothing written); error (the "
+    "source could not answer).",
     ("task", "result"),
 )
+RUN_RESULTS = ("ok", "no_data", "error")
 LAST_OK = Family(
     "gpuledger_analytics_last_success_timestamp_seconds",
     "gauge",
@@ -320,13 +322,18 @@ class ReportCollector(Collector):
 class RunsCollector(Collector):
     """The daemon's own health: runs by task and result, and each task's last success."""
 
-    def __init__(self, state: Callable[[], tuple[dict[tuple[str, str], int], dict[str, float]]]) -> None:
+    def __init__(
+        self, state: Callable[[], tuple[dict[tuple[str, str], int], dict[str, float]]], tasks: Iterable[str] = ()
+    ) -> None:
         self.state = state
+        # the tasks the daemon runs: their counters exist from the start, at 0 (rate() and
+        # increase() need the zero; an alert on errors has a series to watch)
+        self.zeros = {(task, result): 0 for task in tasks for result in RUN_RESULTS}
 
     def collect(self) -> Iterator[Metric]:
         runs_now, last_now = self.state()
         runs, last = RUNS.make(), LAST_OK.make()
-        for (task, result), n in sorted(runs_now.items()):
+        for (task, result), n in sorted((self.zeros | runs_now).items()):
             runs.add_metric((task, result), n)
         for task, t in sorted(last_now.items()):
             last.add_metric((task,), t)

@@ -8,6 +8,7 @@ import http.client
 import zoneinfo
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -217,3 +218,37 @@ def test_crontab_weekdays_count_from_sunday(field: str, days: str, first: str) -
 def test_crontab_weekdays_refuse_nonsense(bad: str) -> None:
     with pytest.raises(ValueError):
         cron_trigger(f"0 3 * * {bad}")
+
+
+@pytest.mark.parametrize(
+    ("extra", "tasks"),
+    [
+        ({}, {"refresh", "weekly"}),
+        (
+            {
+                "statements": {"enabled": True},
+                "focus": {"enabled": True},
+                "budgets": {"rules": [{"group": "user", "key": "alice", "currency": 100}]},
+            },
+            {"refresh", "weekly", "statements", "focus", "budgets"},
+        ),
+    ],
+)
+def test_every_task_has_its_run_counters_at_zero_before_its_first_run(
+    tmp_path: Path, extra: dict[str, Any], tasks: set[str]
+) -> None:
+    """Before anything ran (the scheduler not started): each task the configuration runs has its
+    three counters at 0, so rate() and an alert on errors have a series from the first scrape."""
+    HistoryWriter(tmp_path / "history.db", hostname="gpu-node-01").stop()
+    base = _settings(tmp_path)
+    a = Analytics(FullSettings(analytics=base.analytics, cost=base.cost, **extra), clock=clock_now)
+    a.server.server_close()  # never served: only the exposition is asked
+    m = parse_metrics(a.site.render(None, False)[0].decode())
+    runs = m["gpuledger_analytics_runs_total"]
+    assert {dict(k)["task"] for k in runs} == tasks
+    assert {dict(k)["result"] for k in runs} == {"ok", "no_data", "error"}
+    assert len(runs) == 3 * len(tasks) and not any(runs.values())
+    a._count("refresh", "error")  # a run adds to its own series and leaves the zeros
+    m = parse_metrics(a.site.render(None, False)[0].decode())
+    assert one(m, "gpuledger_analytics_runs_total", task="refresh", result="error") == 1
+    assert one(m, "gpuledger_analytics_runs_total", task="refresh", result="ok") == 0
