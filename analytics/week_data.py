@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 import zoneinfo
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from exporter.attribution.shares import JobKey
 
@@ -108,6 +108,9 @@ class JobWeek:
     # the pod's labels chosen by [analytics] pod_labels (kube-state-metrics' kube_pod_labels, e.g.
     # ("label_team", "ml")), in name order; () where the source has none
     labels: tuple[tuple[str, str], ...] = ()
+    # the cluster of the job's GPU where the window spans more than one cluster (a scheduler's job
+    # ids are its own: two clusters both run a job 1001); "" otherwise. WeekData sets it.
+    cluster: str = ""
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,13 @@ class WeekData:
     approximations: tuple[str, ...] = ()  # what this source could only estimate
     problems: tuple[str, ...] = ()  # parts that could not be read: the report is incomplete
     history_start: float | None = None  # the source's first data (epoch seconds); None: not known
+
+    def __post_init__(self) -> None:
+        """Over several clusters, each job takes its GPU's cluster: job ids repeat across clusters."""
+        clusters = {g.uuid: g.cluster for g in self.gpus}
+        if len(set(clusters.values()) - {""}) > 1:
+            jobs = tuple(replace(j, cluster=clusters.get(j.uuid, "")) for j in self.jobs)
+            object.__setattr__(self, "jobs", jobs)  # frozen: set once, here, before anyone reads it
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from analytics import cli as analytics_cli
 from analytics.pipeline import describe, make_source
 from analytics.sources import SourceUnavailable
-from analytics.statements.job import UnknownJob, job_figures
+from analytics.statements.job import AmbiguousJob, UnknownJob, job_figures
 from analytics.statements.locate import NotSupported, job_states
 from analytics.statements.read import read
 from analytics.statements.render import FORMATS, job_text, write
@@ -39,6 +39,13 @@ def run_job(args: argparse.Namespace) -> int:
         return 2
     except SourceUnavailable as e:
         print(f"gpuledger job: source unavailable: {e}", file=sys.stderr)
+        return 1
+    except AmbiguousJob as e:
+        print(
+            f"gpuledger job: {args.job!r} names a job in each of {len(e.keys)} clusters: name one, e.g. "
+            f"{' or '.join(e.keys[:3])}",
+            file=sys.stderr,
+        )
         return 1
     except UnknownJob:
         print(f"gpuledger job: no job {args.job!r} in {describe(source, s)}", file=sys.stderr)

@@ -6,16 +6,23 @@ exporter's) values, never another cluster's."""
 
 from __future__ import annotations
 
+import types
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from analytics.config import PrometheusSettings
+import gpuledger.statements
+from analytics.config import FullSettings, PrometheusSettings
 from analytics.cost import CostModel
-from analytics.report.build import build
+from analytics.report.build import build, job_key
+from analytics.report.model import UNALLOCATED
 from analytics.sources.prometheus import PrometheusSource
-from analytics.week_data import WeekData, Window
+from analytics.statements.job import AmbiguousJob, UnknownJob, job_figures
+from analytics.week_data import GpuWeek, JobWeek, WeekData, Window
+from exporter.attribution.shares import JobKey
+from gpuledger.cli import main
 from tests.support.clock import ANCHOR
 from tests.support.prometheus import PrometheusServer
 
@@ -119,3 +126,73 @@ def test_without_a_cluster_label_each_exporter_s_own_series_wins(prometheus_url:
     assert got[("GPU-a2", "1002")] == ("pi-a2", "", "")
     # the limit of no cluster label: a host with nothing of its own takes another host's job 1001
     assert got[("GPU-c1", "1001")] in {("pi-a", "gpu-a", "normal"), ("pi-b", "gpu-b", "high")}
+
+
+def test_each_cluster_s_job_1001_is_its_own_job_row_and_can_be_looked_up(prometheus_url: str) -> None:
+    """Job ids are a scheduler's own: over several clusters a job row is ``cluster:job``, and each
+    holds only its own cluster's hours; ``gpuledger job`` finds one by that key and refuses the
+    bare id that three clusters share, naming the choices."""
+    report = build(read(prometheus_url), CostModel(), now=WINDOW.end)
+    jobs = report.group("job")
+    # each a 3 h window; a-node1's two jobs halve its GPU (charged), a-node2's 1002 has it whole
+    assert {r.key: r.gpus for r in jobs} == {"site-a:1001": 1, "site-a:1002": 2, "site-b:1001": 1, "site-c:1001": 1}
+    assert {r.key: r.sampled_gpu_hours for r in jobs} == pytest.approx(
+        {"site-a:1001": 1.5, "site-a:1002": 4.5, "site-b:1001": 3.0, "site-c:1001": 3.0}
+    )
+    assert sum(r.total_cost for r in report.group("job")) + report.group(UNALLOCATED)[0].total_cost == pytest.approx(
+        report.fleet.total_cost
+    )
+    s = FullSettings(
+        analytics={"source": "prometheus"}, prometheus={"url": prometheus_url, "kube_state_metrics": False}
+    )
+    source = PrometheusSource(s.prometheus)
+    try:
+        f = job_figures(source, "site-b:1001", s, WINDOW.end)
+        assert (f.job, f.account, f.partition, f.gpus) == ("site-b:1001", "pi-b", "gpu-b", 1)
+        assert f.row.sampled_gpu_hours == pytest.approx(3.0, abs=STEP / 3600)  # its series start a step early
+        with pytest.raises(AmbiguousJob) as e:
+            job_figures(source, "1001", s, WINDOW.end)
+        assert e.value.keys == ["site-a:1001", "site-b:1001", "site-c:1001"]
+        assert job_figures(source, "1002", s, WINDOW.end).job == "site-a:1002"  # one cluster's: no doubt
+        with pytest.raises(UnknownJob):
+            job_figures(source, "site-z:1001", s, WINDOW.end)
+    finally:
+        source.api.close()
+
+
+def test_one_cluster_keeps_plain_job_ids() -> None:
+    """A window of one cluster (or of none named) keys its jobs as the scheduler does."""
+    gpu = GpuWeek("GPU-1", "h1", "NVIDIA H200", "0", 3600, 1800, None, None, None, 1e6, cluster="only")
+    job = JobWeek("GPU-1", "h1", JobKey(job_id="7", user="ada"), 3600, 1800, 1e6)
+    data = WeekData(WINDOW, "prometheus", (gpu,), (job,))
+    assert data.jobs[0].cluster == "" and job_key(data.jobs[0]) == "7"
+    two = WeekData(WINDOW, "prometheus", (gpu, replace(gpu, uuid="GPU-2", cluster="other")), (job,))
+    assert job_key(two.jobs[0]) == "only:7"
+
+
+def test_the_job_command_names_the_clusters_of_a_shared_id(
+    prometheus_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(gpuledger.statements, "time", types.SimpleNamespace(time=lambda: WINDOW.end))
+    monkeypatch.delenv("GPULEDGER_CONFIG", raising=False)
+    opened: list[PrometheusSource] = []
+
+    def make_source(s: FullSettings) -> PrometheusSource:
+        opened.append(PrometheusSource(s.prometheus))
+        return opened[-1]
+
+    monkeypatch.setattr(gpuledger.statements, "make_source", make_source)  # to close them after
+    base = ["--source", "prometheus", "--prometheus-url", prometheus_url]
+    try:
+        assert main(["job", "1001", *base]) == 1
+        err = capsys.readouterr().err
+        assert main(["job", "site-c:1001", *base]) == 0
+        out = capsys.readouterr().out
+    finally:
+        for source in opened:
+            source.api.close()
+    assert err == (
+        "gpuledger job: '1001' names a job in each of 3 clusters: name one, e.g. "
+        "site-a:1001 or site-b:1001 or site-c:1001\n"
+    )
+    assert out.startswith("Job: site-c:1001\n") and "\nGPUs: 1\n" in out

@@ -209,7 +209,7 @@ def test_up_serves_the_exporter_and_the_analytics_in_one_process(tmp_path: Path)
     # an error (no alert fires), and no report of zeros is served
     assert one(analytics, "gpuledger_analytics_runs_total", task="refresh", result="no_data") >= 1
     runs = analytics.get("gpuledger_analytics_runs_total", {})
-    assert not any(("result", "error") in labels for labels in runs), runs
+    assert not any(n for labels, n in runs.items() if ("result", "error") in labels), runs
     rolling = analytics.get("gpuledger_report_complete", {})
     assert not any(("window", "rolling_7d") in labels for labels in rolling), rolling
     assert (tmp_path / "h.db").exists() and f"history {tmp_path / 'h.db'}" in out

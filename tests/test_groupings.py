@@ -97,7 +97,7 @@ def fleet() -> WeekData:
         _job("GPU-0", "102", "bob", 168, 84, account="chem", partition="gpu", qos="high"),
         _job("GPU-1", "", "", 120, namespace="ml", pod="train-1", team="vision"),
         _job("GPU-2", "", "", 90, namespace="ml", pod="train-2", team="nlp"),
-        _job("GPU-3", "", "", 90, namespace="ml", pod="train-2", team="nlp"),  # the same pod on a second GPU
+        _job("GPU-3", "", "", 90, namespace="ml", pod="train-2", team="nlp"),  # a namesake in the other cluster
         _job("GPU-3", "", "", 40, namespace="web", pod="serve-1"),  # no team label
         _job("GPU-5", "103", "carol", 60),  # no account, partition, QOS, namespace or label
         _job("GPU-5", "104", "alice", 50, account="physics", partition="debug", qos="normal"),
@@ -146,14 +146,18 @@ def test_the_jobs_without_an_attribute_are_under_none_last() -> None:
     assert _keys(r, "qos") == ["high", "normal", NONE]
     assert _keys(r, "namespace") == ["ml", "web", NONE]
     assert _keys(r, TEAM) == ["nlp", "vision", NONE]
-    pods = ("ml/train-1", "ml/train-2", "web/serve-1")
+    # over two clusters a job row is cluster:job (the GPU without a cluster keeps plain ids), and
+    # the same namespace/pod in two clusters is two pods
+    pods = ("east:ml/train-1", "east:ml/train-2", "west:ml/train-2", "west:web/serve-1")
+    assert _keys(r, "job") == ["103", "104", "east:101", "east:102", *sorted(pods)]
     assert _cost(r, "account", NONE) == pytest.approx(_job_cost(r, "103", *pods))
-    assert _cost(r, "account", "physics") == pytest.approx(_job_cost(r, "101", "104"))
-    assert _cost(r, "namespace", NONE) == pytest.approx(_job_cost(r, "101", "102", "103", "104"))
-    assert _cost(r, TEAM, "nlp") == pytest.approx(_cost(r, "job", "ml/train-2"))
-    assert _cost(r, TEAM, NONE) == pytest.approx(_job_cost(r, "101", "102", "103", "104", "web/serve-1"))
+    assert _cost(r, "account", "physics") == pytest.approx(_job_cost(r, "east:101", "104"))
+    assert _cost(r, "namespace", NONE) == pytest.approx(_job_cost(r, "east:101", "east:102", "103", "104"))
+    assert _cost(r, TEAM, "nlp") == pytest.approx(_job_cost(r, "east:ml/train-2", "west:ml/train-2"))
+    none_team = ("east:101", "east:102", "103", "104", "west:web/serve-1")
+    assert _cost(r, TEAM, NONE) == pytest.approx(_job_cost(r, *none_team))
     (nlp,) = [x for x in r.group(TEAM) if x.key == "nlp"]
-    assert nlp.gpus == 2  # one pod on two GPUs
+    assert nlp.gpus == 2  # its pods on two GPUs
 
 
 def test_a_grouping_nobody_has_shows_no_rows_nor_section() -> None:

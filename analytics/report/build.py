@@ -248,9 +248,11 @@ def build(
 
 
 def job_key(j: JobWeek) -> str:
-    if j.job.job_id:
-        return j.job.job_id
-    return f"{j.job.namespace}/{j.job.pod}" if j.job.pod else f"{j.job.user or '?'} (no job)"
+    """A job row's key: the Slurm job id, else ``namespace/pod``, else the user's unattributed
+    time; ``cluster:`` before it where the window spans several clusters (``site-a:1001``)."""
+    k = j.job
+    key = k.job_id or (f"{k.namespace}/{k.pod}" if k.pod else f"{k.user or '?'} (no job)")
+    return f"{j.cluster}:{key}" if j.cluster else key
 
 
 def _add_job(

@@ -23,6 +23,14 @@ class UnknownJob(LookupError):
     """The source has no data of the job."""
 
 
+class AmbiguousJob(UnknownJob):
+    """Several clusters ran a job of this id: ``keys`` are their rows' keys (``cluster:job``)."""
+
+    def __init__(self, job: str, keys: list[str]) -> None:
+        super().__init__(job)
+        self.keys = keys
+
+
 @dataclass(frozen=True)
 class JobFigures:
     job: str
@@ -89,6 +97,8 @@ def job_figures(source: Source, job: str, s: FullSettings, now: float) -> JobFig
     mine = [j for j in got.data.jobs if _matches(j, job)]
     keys = {job_key(j) for j in mine}
     rows = got.job_rows()
+    if len(keys) > 1:
+        raise AmbiguousJob(job, sorted(keys))
     if len(keys) != 1 or (key := keys.pop()) not in rows:
         raise UnknownJob(job)
     row = rows[key]

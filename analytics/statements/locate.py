@@ -40,8 +40,16 @@ def _parts(job: str) -> tuple[str, str]:
     return (ns, pod) if sep and ns and pod else ("", "")
 
 
+def split_cluster(job: str) -> tuple[str, str]:
+    """``cluster:job`` -> (cluster, job), as a report over several clusters keys its job rows;
+    anything else -> ("", job). No Slurm job id, pod or namespace name holds a colon."""
+    cluster, sep, rest = job.partition(":")
+    return (cluster, rest) if sep and cluster and rest and "/" not in cluster else ("", job)
+
+
 def job_span(source: Source, job: str, now: float) -> Span | None:
-    """The job's span (a Slurm job id, a pod name or ``namespace/pod``); None: no data of it."""
+    """The job's span (a Slurm job id, a pod name or ``namespace/pod``, each optionally after
+    ``cluster:``); None: no data of it."""
     if isinstance(source, EmbeddedSource):
         return _embedded(source, job)
     if isinstance(source, PrometheusSource):
@@ -65,13 +73,19 @@ def _embedded(source: EmbeddedSource, job: str) -> Span | None:
 def _prometheus(source: PrometheusSource, job: str, now: float) -> Span | None:
     """From the job's first sample to the last that grew: the exporter keeps a finished job's
     series a while (``GRACE``), flat, and those minutes are not the job's."""
+    cluster, job = split_cluster(job)
+    label = source.s.cluster_label
+    if cluster and not label:
+        return None  # clusters are not told apart here: no row is keyed cluster:job
     ns, pod = _parts(job)
     sel = f'namespace="{label_value(ns)}", pod="{label_value(pod)}"' if ns else f'job_id="{label_value(job)}"'
+    if cluster:
+        sel += f', {label}="{label_value(cluster)}"'
     api = source.api
     with api.report():
         first = api.query(_first(sel), now)
         if not first and not ns:  # not a Slurm job id: a pod's name
-            sel = f'job_id="", pod="{label_value(job)}"'
+            sel = f'job_id="", pod="{label_value(job)}"' + (f', {label}="{label_value(cluster)}"' if cluster else "")
             first = api.query(_first(sel), now)
         if not first:
             return None
