@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from analytics.config import PrometheusSettings
+from analytics.sources.dcgm import DcgmSource
 from analytics.sources.kubernetes import queue_wait
 from analytics.sources.promapi import PromAPI
 from analytics.week_data import QueueWeek, Window
@@ -94,4 +95,19 @@ def test_the_same_pods_in_two_clusters_are_two_pods(tmp_path: Path) -> None:
     _write(tmp_path / "ksm.om", "exported", clusters=("eu", "us"))
     q = _read(tmp_path, cluster_label="cluster")
     assert q.started == 6 and q.wait_mean == pytest.approx(sum(WAITS) / 3) and q.wait_max == 3600.0
+    assert q.pending_gpu_hours == pytest.approx(2 * PENDING)
+
+
+def test_the_dcgm_source_counts_each_cluster_s_pods(tmp_path: Path) -> None:
+    """The dcgm source asks for the queue within [prometheus] cluster_label too (it once counted
+    the two clusters' namesakes as three pods, each twice created)."""
+    _write(tmp_path / "ksm.om", "exported", clusters=("eu", "us"))
+    server = PrometheusServer.backfilled(tmp_path, tmp_path / "ksm.om")
+    try:
+        source = DcgmSource(PrometheusSettings(url=server.url, cluster_label="cluster"))
+        with closing(source.api):
+            [q] = source.week(Window(START, END, "two days", "UTC")).queue
+    finally:
+        server.stop()
+    assert q.started == 6 and q.wait_mean == pytest.approx(sum(WAITS) / 3)
     assert q.pending_gpu_hours == pytest.approx(2 * PENDING)

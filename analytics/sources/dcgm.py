@@ -231,7 +231,7 @@ class DcgmSource:
         queue = []
         if self.s.kube_state_metrics:
             try:
-                queue = kubernetes.queue_wait(self.api, w)
+                queue = kubernetes.queue_wait(self.api, w, self.s.cluster_label)
             except QueryError as e:
                 problems.append(f"Kubernetes queue wait: {e}")
         return WeekData(
