@@ -21,6 +21,7 @@ from typing import Any
 from analytics import report as rpt
 from analytics.config import FullSettings, overrides_from
 from analytics.pipeline import describe, make_report, make_source, out_dir
+from analytics.report.useful import label as useful_label
 from analytics.sources import Source, SourceUnavailable
 from analytics.week_data import Window, iso_week, last_full_week
 from daemonkit.argcheck import writable_dir
@@ -133,9 +134,10 @@ def run_report(args: argparse.Namespace) -> int:
         return 1
     f = r.fleet
     useful = f"{f.cost_per_useful_gpu_hour:,.2f}" if f.cost_per_useful_gpu_hour is not None else "—"
+    measure = useful_label(r.useful_measure, f.useful_sm_share)  # mixed: with each measure's share
     print(
         f"{r.week} ({r.source}): {f.gpus} GPUs, utilisation {_pct(f.utilization)}, total {f.total_cost:,.2f} "
-        f"{r.currency}, {useful} {r.currency} per useful GPU-hour ({r.useful_measure}), "
+        f"{r.currency}, {useful} {r.currency} per useful GPU-hour ({measure}), "
         f"idle {f.idle_cost:,.2f} {r.currency}, coverage {_pct(r.coverage)}"
     )
     for note in r.window_notes():

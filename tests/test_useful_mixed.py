@@ -31,6 +31,7 @@ from exporter import history
 from exporter.attribution.shares import JobKey
 from exporter.readers import DeviceInfo
 from exporter.snapshot import ROLLUP_FIELDS, JobMinuteRow, MinuteRow
+from gpuledger import cli
 from tests.support.conservation import assert_conserves
 from tests.support.metrics import one, parse_metrics
 
@@ -347,3 +348,17 @@ def test_prometheus_a_mixed_fleet_says_so(tmp_path: Path) -> None:
     one_measure = build(data, ONE_MEASURE, now=AFTER)
     assert {m for m, _ in _measures(one_measure).values()} == {"busy"}
     assert one_measure.fleet.useful_gpu_hours == pytest.approx(4 * 0.8 * week_h)
+
+
+def test_the_report_command_s_line_gives_the_mixed_shares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``gpuledger report``'s one-line summary: "mixed" with how much of each, as the report says."""
+    monkeypatch.delenv("GPULEDGER_CONFIG", raising=False)
+    config = tmp_path / "gpuledger.toml"
+    config.write_text('[cost]\nuseful = "sm_active"\n')
+    hist = _history(tmp_path / "h.db")
+    args = ["report", "--week", WEEK.label, "--source", "embedded", "--history", str(hist), "--config", str(config)]
+    assert cli.main([*args, "--format", "json", "--out", str(tmp_path / "out")]) in (0, 3)
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "per useful GPU-hour (mixed: 60 % sm_active, 40 % busy)" in line, line
