@@ -128,7 +128,10 @@ class Analytics:
             )
             self._count("weekly", "no_data")
             return []
-        files = rpt.write(r, self.s.analytics.formats, self.reports_dir)
+        # JSON whatever formats say: the daemon's own record, read back at a restart (load_latest)
+        # and the catch-up's "already written" (without it every start rewrote last week's report)
+        formats = [*self.s.analytics.formats, *([] if "json" in self.s.analytics.formats else ["json"])]
+        files = rpt.write(r, formats, self.reports_dir)
         with self._lock:
             self._reports["week"] = r
         self._count("weekly", "ok")

@@ -252,3 +252,22 @@ def test_every_task_has_its_run_counters_at_zero_before_its_first_run(
     m = parse_metrics(a.site.render(None, False)[0].decode())
     assert one(m, "gpuledger_analytics_runs_total", task="refresh", result="error") == 1
     assert one(m, "gpuledger_analytics_runs_total", task="refresh", result="ok") == 0
+
+
+def test_without_json_in_formats_the_weekly_report_is_written_once_and_served_after_a_restart(
+    folder: Path, tmp_path: Path
+) -> None:
+    """``formats = ["html"]``: the daemon still keeps its JSON record, so a restart serves last
+    week's figures and does not write the report again."""
+    s = _settings(folder, reports_dir=tmp_path / "r", formats=["html"])
+    a = Analytics(s, clock=clock_now)
+    a.server.server_close()
+    label = last_full_week(clock_now(), TZ).label
+    assert a._missing_last_week()
+    written = a.weekly()
+    assert sorted(p.name for p in written) == [f"gpuledger-{label}.html", f"gpuledger-{label}.json"]
+    again = Analytics(s, clock=clock_now)
+    again.server.server_close()
+    assert not again._missing_last_week()  # the catch-up would not run
+    again.load_latest()
+    assert again.reports()["week"].fleet.total_cost == pytest.approx(a.reports()["week"].fleet.total_cost)
