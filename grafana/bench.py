@@ -296,8 +296,9 @@ def _runs(d: Dashboard) -> None:
     d.add(
         stat(
             "Skipped: GPUs busy",
-            "Rounds not started because a GPU was in use during the idle window over "
-            "the time range: on a busy fleet the figures go stale (amber from 7, a week of daily rounds).",
+            "Benchmarks not run because a GPU was in use during the idle window, over the time range; "
+            "each planned benchmark of a skipped round counts once (a round of the default four counts 4): "
+            "on a busy fleet the figures go stale (amber from 7).",
             [Q(f"sum ({per_node(increase('gpuledger_bench_runs_total', labels=JOB, extra=SKIPPED))})", instant=True)],
             "none",
             thresholds=steps("green", (7, "orange")),

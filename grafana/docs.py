@@ -22,6 +22,7 @@ UNITS = {
     "cps": "per second",
     "cpm": "per minute",
     "flops": "FLOP/s",
+    "masskg": "kg",
     "suffix:×": "× (ratio)",
     "suffix: samples/s": "samples/s",
 }
@@ -78,7 +79,7 @@ Every dashboard has the same four at the top, chained on `gpuledger_gpu_info`:
 | `hostname` | `label_values(gpuledger_gpu_info{job=~"$job"}, hostname)` | the exporters' `hostname` label |
 | `gpu` | `label_values(gpuledger_gpu_info{job=~"$job", hostname=~"$hostname"}, uuid)` | GPUs by UUID |
 
-Per-GPU series carry only `gpu` and `uuid`, so each per-GPU query joins the identity:
+Per-GPU series carry only `instance`, `job`, `gpu` and `uuid`, so each per-GPU query joins the identity:
 `(...) * on (instance, gpu, uuid) group_left (hostname, model) max by (instance, gpu, uuid, hostname, model)
 (gpuledger_gpu_info{job=~"$job", hostname=~"$hostname", uuid=~"$gpu"})`. That join is how `$hostname`
 filters and where legends get host and model. Per-node series (benchmarks, exporter health) join on
@@ -93,7 +94,8 @@ GPU weighs by the time it was sampled. Stat and bar panels that say "over the ti
 Thresholds used throughout: utilisation and SM activity red under 30 %, amber under 60 %, green above
 (a GPU under 30 % costs more than three times its price per useful hour); multi-GPU scaling
 efficiency red under 60 %, amber under 80 %, green above (60–80 % of linear is the usual price of
-spreading a job, docs/cost-model.md); counts of errors and failures red from 1.
+spreading a job, docs/cost-model.md); counts of errors and failures red from 1, amber from 1 for
+what a GPU or a queue can live with for a while (ECC errors, remapped rows, requeues).
 """
 
 

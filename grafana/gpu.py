@@ -97,7 +97,8 @@ def _health(d: Dashboard) -> None:
         stat(
             "XID errors",
             "XID events over the time range, by code (gpuledger_gpu_xid_errors_total). 0 when none "
-            "was ever seen. 48, 63, 64, 74, 79, 92, 94, 95 usually need a reset or service.",
+            "was ever seen. The codes GPUXidError alerts on (48, 61-64, 74, 79, 92, 94, 95, 119, 120) usually "
+            "need a reset or service.",
             [
                 Q(
                     f"sum by (gpu, xid) ({per_gpu(increase('gpuledger_gpu_xid_errors_total'))})",

@@ -265,8 +265,8 @@ def add_daemon(d: Dashboard) -> None:
     d.add(
         stat(
             "Last success",
-            "Time since each task (weekly, refresh) last succeeded; a refresh older than a few "
-            "hours means the rolling figures are stale.",
+            "Time since each task (refresh, weekly; budgets, statements, focus where configured) last "
+            "succeeded; a refresh older than a few hours means the rolling figures are stale.",
             [Q("time() - gpuledger_analytics_last_success_timestamp_seconds", "{{task}}")],
             "s",
             thresholds=steps("green", (3 * 3600, "orange")),
@@ -279,7 +279,7 @@ def add_daemon(d: Dashboard) -> None:
         bargauge(
             "Runs by result",
             "Report runs over the time range by task and result; errors mean the source "
-            "could not be read (the last good figures stay served).",
+            "could not be read, or statement or FOCUS files not written (the last good figures stay served).",
             [
                 Q(
                     "sum by (task, result) (increase(gpuledger_analytics_runs_total[$__range]))",
