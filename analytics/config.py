@@ -43,7 +43,7 @@ class PrometheusSettings(_Section):
         3,
         ge=0,
         le=10,
-        description="retries with backoff (0.5, 1, 2 s...) once the server failed; then the report fails",
+        description="retries with backoff (0.5, 1, 2 s... at most 8 s) once the server failed; then the report fails",
     )
     deadline_seconds: float = Field(
         180.0, gt=0, description="a report's queries, all together, end by then (each query's timeout is capped)"
@@ -55,8 +55,14 @@ class PrometheusSettings(_Section):
         description="bytes of answers (decoded) read at once, all queries in flight together: a query whose answer "
         "goes past it fails, before it is all read",
     )
-    naming: Literal["gpuledger", "dcgm"] = Field("gpuledger", description="which exporter's series to read")
-    dcgm_scrape_interval: float = Field(15.0, gt=0, description="dcgm naming: seconds between scrapes")
+    naming: Literal["gpuledger", "dcgm"] = Field(
+        "gpuledger", description="which exporter's series to read: gpuledger, or dcgm (NVIDIA dcgm-exporter)"
+    )
+    dcgm_scrape_interval: float = Field(
+        15.0,
+        gt=0,
+        description="dcgm naming: dcgm-exporter's scrape interval (s); each scrape counts this long as sampled",
+    )
     dcgm_host_labels: list[str] = Field(
         ["kubernetes_node", "node", "Hostname", "instance"],
         min_length=1,
@@ -124,15 +130,42 @@ class PrometheusSettings(_Section):
 
 
 class AnalyticsSettings(_Section):
-    source: Literal["prometheus", "embedded"] = Field("embedded", description="where the history comes from")
-    history: Path | None = Field(None, description="embedded source: the exporter's SQLite (default: its default)")
-    timezone: str = Field("UTC", description="weeks and days of the report start at midnight here")
-    reports_dir: Path = Field(Path("reports"), description="where reports are written")
-    formats: list[str] = Field(["html", "json", "csv", "md"], min_length=1, description="report formats")
-    cron: str = Field("5 0 * * 1", description="when the daemon writes last week's report (crontab)")
-    refresh_minutes: float = Field(60.0, gt=0, description="rolling 7-day figures refresh period")
+    source: Literal["prometheus", "embedded"] = Field(
+        "embedded", description="where the history comes from: embedded (the exporter's SQLite) or prometheus"
+    )
+    history: Path | None = Field(
+        None,
+        description="embedded source: the exporter's SQLite (default: [history] path, else the exporter's default)",
+    )
+    timezone: str = Field(
+        "UTC",
+        description="weeks and days of the report start at midnight here; the daemon's cron times, tariff and carbon "
+        "windows are in this time zone too",
+    )
+    reports_dir: Path = Field(
+        Path("reports"), description="where reports are written (the analytics daemon serves them at /reports/)"
+    )
+    formats: list[str] = Field(
+        ["html", "json", "csv", "md"], min_length=1, description="report formats: html, json, csv, md"
+    )
+    cron: str = Field(
+        "5 0 * * 1",
+        description="when the daemon writes last week's report (crontab, in timezone); a start writes it when it is "
+        "missing",
+    )
+    refresh_minutes: float = Field(
+        60.0,
+        gt=0,
+        description="minutes between refreshes of the rolling 7-day figures (and the budgets); the daemon's /healthz "
+        "answers 503 after 3 periods without one",
+    )
     listen: str = Field(":10045", description="the analytics daemon's /metrics address")
-    min_coverage: float = Field(0.99, ge=0, le=1, description="a week with less data is marked incomplete")
+    min_coverage: float = Field(
+        0.99,
+        ge=0,
+        le=1,
+        description="a report whose fleet coverage (sampled / available GPU-hours) is under this is marked incomplete",
+    )
     pod_labels: list[str] = Field(
         [],
         description="kube-state-metrics' kube_pod_labels label names (label_<pod label>, e.g. label_team, "
@@ -201,11 +234,15 @@ class AnalyticsSettings(_Section):
 
 
 class StatementsSettings(_Section):
-    enabled: bool = Field(False, description="the analytics daemon writes last month's statements on the 1st")
-    by: list[Literal["user", "account", "namespace"]] = Field(
-        ["user", "account"], description="one statement per key of each of these groupings"
+    enabled: bool = Field(
+        False, description="the analytics daemon writes last month's statements at cron (by default on the 1st)"
     )
-    formats: list[Literal["html", "md", "csv"]] = Field(["html", "md", "csv"], min_length=1, description="formats")
+    by: list[Literal["user", "account", "namespace"]] = Field(
+        ["user", "account"], description="one statement per key of each of these groupings (user, account, namespace)"
+    )
+    formats: list[Literal["html", "md", "csv"]] = Field(
+        ["html", "md", "csv"], min_length=1, description="statement formats: html, md, csv"
+    )
     dir: Path = Field(
         Path("statements"),
         description="where statements are written (statement-<grouping>-<key>-<YYYY-MM>.<ext>; not served)",

@@ -33,7 +33,9 @@ class TariffWindow(_Model):
     start_hour: int = Field(ge=0, le=23, description="first hour (local time of the report) at this price")
     end_hour: int = Field(ge=1, le=24, description="hour at which this price stops")
     price_per_kwh: float = Field(ge=0, description="energy price in this window")
-    weekdays: list[int] = Field(default_factory=lambda: list(range(7)), description="0 = Monday")
+    weekdays: list[int] = Field(
+        default_factory=lambda: list(range(7)), description="the days it applies, 0 = Monday to 6 = Sunday"
+    )
 
     @model_validator(mode="after")
     def _order(self) -> TariffWindow:
@@ -45,7 +47,7 @@ class TariffWindow(_Model):
 
 
 class PriceRule(_Model):
-    match_model: str | None = Field(None, description="applies to GPU models containing this text")
+    match_model: str | None = Field(None, description="applies to GPU models containing this text (any case)")
     match_host: str | None = Field(None, description="applies to hosts matching this glob")
     kind: Literal["owned", "cloud"] = Field("owned", description="owned hardware or a cloud rental")
     purchase_price: float = Field(0.0, ge=0, description="owned: price per GPU, its share of the server included")
@@ -89,7 +91,9 @@ class CarbonWindow(_Model):
     start_hour: int = Field(ge=0, le=23, description="first hour (local time of the report) at this intensity")
     end_hour: int = Field(ge=1, le=24, description="hour at which this intensity stops")
     grid_intensity_g_per_kwh: float = Field(ge=0, description="grid carbon intensity in this window, g CO2e per kWh")
-    weekdays: list[int] = Field(default_factory=lambda: list(range(7)), description="0 = Monday")
+    weekdays: list[int] = Field(
+        default_factory=lambda: list(range(7)), description="the days it applies, 0 = Monday to 6 = Sunday"
+    )
 
     @model_validator(mode="after")
     def _order(self) -> CarbonWindow:
@@ -179,14 +183,21 @@ class CostModel(_Model):
     energy_price_per_kwh: float = Field(0.15, ge=0, description="flat price where no tariff window applies")
     pue: float = Field(1.3, ge=1.0, le=3.0, description="facility energy / IT energy")
     tariff: list[TariffWindow] = Field(default_factory=list, description="time-of-day prices (below)")
-    useful: Literal["busy", "sm_active"] = Field("busy", description="what counts as a useful GPU-hour")
+    useful: Literal["busy", "sm_active"] = Field(
+        "busy",
+        description="what counts as a useful GPU-hour: busy (busy time less stalled time) or sm_active (SM-active "
+        "time, where measured; see useful_fallback)",
+    )
     useful_fallback: Literal["per_gpu", "busy"] = Field(
         "per_gpu",
         description='with useful = "sm_active", a GPU (or job) without SM activity: per_gpu counts its busy '
         "time and rows that mix the two say so; busy counts busy time for every GPU of such a window",
     )
     rules: list[PriceRule] = Field(default_factory=list, description="first match wins")
-    default: PriceRule | None = Field(None, description="for GPUs no rule matches")
+    default: PriceRule | None = Field(
+        None,
+        description="for GPUs no rule matches (with no rules and no default: example prices, and the reports say so)",
+    )
     min_useful_gpu_hours: float = Field(
         1.0, ge=0, description="below this many useful GPU-hours, cost per useful GPU-hour is n/a"
     )

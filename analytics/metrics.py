@@ -151,12 +151,14 @@ GPU_ROW = ("group", "key")
 REPORT_METRICS: tuple[ReportMetric, ...] = (
     ReportMetric("gpuledger_report_complete", "1 when the report had full data (see its incomplete reasons).", (),
                  lambda r: iter([((), float(r.complete))])),
-    ReportMetric("gpuledger_report_coverage_ratio", "Share of the window's GPU-hours with data.", (),
+    ReportMetric("gpuledger_report_coverage_ratio", "Sampled / available GPU-hours of the fleet: the share of the "
+                 "window's GPU-hours with data.", (),
                  lambda r: iter([((), r.coverage)])),
     ReportMetric("gpuledger_report_generated_timestamp_seconds", "When the report was built.", (),
                  lambda r: iter([((), r.generated_at)])),
-    ReportMetric("gpuledger_report_gpu_hours", "GPU-hours by kind: available, sampled, busy, useful, allocated, "
-                 "allocated_idle.", (*GPU_ROW, "kind"), _kinds(
+    ReportMetric("gpuledger_report_gpu_hours", "GPU-hours by kind: available (the GPUs x the window, up to now), "
+                 "sampled, busy, useful (busy less stalled, or SM-active: [cost] useful), allocated, allocated_idle.",
+                 (*GPU_ROW, "kind"), _kinds(
                      available=lambda x: x.available_gpu_hours, sampled=lambda x: x.sampled_gpu_hours,
                      busy=lambda x: x.busy_gpu_hours, useful=lambda x: x.useful_gpu_hours,
                      allocated=lambda x: x.allocated_gpu_hours, allocated_idle=lambda x: x.allocated_idle_gpu_hours)),
@@ -166,20 +168,26 @@ REPORT_METRICS: tuple[ReportMetric, ...] = (
                  _per_row(lambda x: x.useful_sm_share)),
     ReportMetric("gpuledger_report_utilization_ratio", "Busy / sampled GPU-hours.", GPU_ROW,
                  _per_row(lambda x: x.utilization)),
-    ReportMetric("gpuledger_report_sm_activity_ratio", "SM-active / sampled GPU-hours.", GPU_ROW,
+    ReportMetric("gpuledger_report_sm_activity_ratio", "SM-active / sampled GPU-hours (no series without SM "
+                 "activity data).", GPU_ROW,
                  _per_row(lambda x: x.sm_activity)),
-    ReportMetric("gpuledger_report_energy_kwh", "Energy in kWh.", GPU_ROW, _per_row(lambda x: x.energy_kwh)),
+    ReportMetric("gpuledger_report_energy_kwh", "Energy in kWh (no series where energy was not measured).", GPU_ROW,
+                 _per_row(lambda x: x.energy_kwh)),
     ReportMetric("gpuledger_report_co2e_kg", "Emissions in kg CO2e: energy x PUE x grid carbon intensity (no "
                  "series without a configured intensity or measured energy).", GPU_ROW,
                  _per_row(lambda x: x.co2e_kg)),
-    ReportMetric("gpuledger_report_cost", "Cost in the report's currency by kind: hardware, energy, total, idle.",
+    ReportMetric("gpuledger_report_cost", "Cost in the report's currency by kind: hardware, energy, total, idle "
+                 "(the hardware cost of the hours that were not useful, part of hardware).",
                  (*GPU_ROW, "kind"), _kinds(hardware=lambda x: x.hardware_cost, energy=lambda x: x.energy_cost,
                                             total=lambda x: x.total_cost, idle=lambda x: x.idle_cost)),
-    ReportMetric("gpuledger_report_cost_per_useful_gpu_hour", "Total cost / useful GPU-hours.", GPU_ROW,
+    ReportMetric("gpuledger_report_cost_per_useful_gpu_hour", "Total cost / useful GPU-hours (no series below "
+                 "[cost] min_useful_gpu_hours useful GPU-hours).", GPU_ROW,
                  _per_row(lambda x: x.cost_per_useful_gpu_hour)),
-    ReportMetric("gpuledger_report_queue_wait_seconds", "Queue wait by partition and statistic (mean, p50, p95, max).",
+    ReportMetric("gpuledger_report_queue_wait_seconds", "Queue wait by partition (a Slurm partition, or kubernetes: "
+                 "GPU pods, created to scheduled) and statistic (mean, p50, p95, max).",
                  ("partition", "stat"), _queue),
-    ReportMetric("gpuledger_report_queue_jobs_started", "Jobs started in the window.", ("partition",),
+    ReportMetric("gpuledger_report_queue_jobs_started", "Jobs (or GPU pods: partition kubernetes) started in the "
+                 "window.", ("partition",),
                  lambda r: (((q.partition,), float(q.jobs_started)) for q in r.queue)),
     ReportMetric("gpuledger_report_jobs", "Jobs that ended in the window by state class (exporter/slurm/states.py): "
                  "COMPLETED, FAILED (every failed state but TIMEOUT), CANCELLED, TIMEOUT, other; and requeued.",
@@ -189,12 +197,16 @@ REPORT_METRICS: tuple[ReportMetric, ...] = (
                             if f.failed_gpu_hours is not None)),
     ReportMetric("gpuledger_report_multi_gpu_efficiency_ratio", "Measured scaling efficiency at N GPUs.",
                  ("world_size",), lambda r: (((str(v.world_size),), v.efficiency) for v in r.multi_gpu)),
-    ReportMetric("gpuledger_report_multi_gpu_extra_cost_ratio", "Extra cost per sample at N GPUs over one.",
+    ReportMetric("gpuledger_report_multi_gpu_extra_cost_ratio", "Extra cost per sample at N GPUs over one "
+                 "(1 / efficiency - 1: 0.25 = 25 % more).",
                  ("world_size",), lambda r: (((str(v.world_size),), v.extra_cost) for v in r.multi_gpu)),
-    ReportMetric("gpuledger_report_breakeven_utilization_ratio", "Utilisation above which owning beats renting.",
+    ReportMetric("gpuledger_report_breakeven_utilization_ratio", "Utilisation above which owning beats renting "
+                 "(owned GPUs with a cloud_reference_per_gpu_hour; over 1: never; no series where the cloud price is "
+                 "at or under the energy cost).",
                  ("model",), lambda r: (((x.model,), x.breakeven_utilization) for x in r.rent_vs_buy
                                         if x.breakeven_utilization is not None)),
-    ReportMetric("gpuledger_report_change_ratio", "Week-over-week change of a headline figure (0.1 = +10 %).",
+    ReportMetric("gpuledger_report_change_ratio", "Change of a headline figure over the window before it "
+                 "(week-over-week; 0.1 = +10 %).",
                  ("figure",), lambda r: (((d.figure,), d.change) for d in r.deltas if d.change is not None)),
 )
 # fmt: on
@@ -228,7 +240,8 @@ PRICE_PUE = Family("gpuledger_price_pue", "gauge", "Power usage effectiveness ap
 PRICE_GPU = Family(
     "gpuledger_price_gpu_hour",
     "gauge",
-    "Hardware or rental cost of a GPU-hour, per host and model.",
+    "Hardware (kind owned) or rental (kind cloud) cost of a GPU-hour, per host and model, as the reports held "
+    "price them.",
     ("host", "model", "kind", "currency"),
 )
 RUNS = Family(

@@ -45,13 +45,26 @@ class _Section(BaseModel):
 class ExporterSettings(_Section):
     reader: str = Field("auto", description="auto, nvml, replay or replay:PATH (see Readers)")
     sample_interval: float = Field(1.0, ge=0.05, le=60, description="seconds between fast samples")
-    energy_interval: float = Field(10.0, ge=0, le=3600, description="seconds between energy-counter reads")
+    energy_interval: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="seconds between energy-counter reads; 0 = every slow-lane round "
+        "(1 s, or sample_interval if shorter)",
+    )
     health_interval: float = Field(
-        30.0, ge=0, le=3600, description="seconds between ECC / row-remap / power-limit reads"
+        30.0,
+        ge=0,
+        le=3600,
+        description="seconds between ECC / row-remap / power-limit reads; 0 = every slow-lane round "
+        "(1 s, or sample_interval if shorter)",
     )
     pcie_interval: float = Field(30.0, ge=0, le=3600, description="seconds between PCIe throughput reads; 0 = off")
     allocated_idle_below: float = Field(
-        0.05, ge=0, le=1, description="busy share under which an allocated GPU counts as idle"
+        0.05,
+        ge=0,
+        le=1,
+        description="utilisation under which a GPU holding a compute process counts as allocated but idle",
     )
     stalled_util_above: float = Field(
         0.90, ge=0, le=1, description="stalled: utilisation at or over this (a kernel resident nearly all the time)"
@@ -65,15 +78,24 @@ class ExporterSettings(_Section):
     stalled_tensor_below: float = Field(0.05, ge=0, le=1, description="stalled: tensor-core activity under this")
     stalled_dram_below: float = Field(0.05, ge=0, le=1, description="stalled: DRAM bandwidth use under this")
     stalled_min_seconds: float = Field(
-        300.0, ge=0, le=86400, description="stalled rounds count once they have lasted this long without a break"
+        300.0,
+        ge=0,
+        le=86400,
+        description="a stall counts once it has lasted this long without a break, then from its start",
     )
     hostname: str = Field(
         default_factory=socket.gethostname,
         min_length=1,
         max_length=MAX_LABEL_VALUE,
-        description=f"hostname label of gpuledger_gpu_info (at most {MAX_LABEL_VALUE} printable characters)",
+        description="hostname label of gpuledger_gpu_info and the host of the history's rows "
+        f"(at most {MAX_LABEL_VALUE} printable characters)",
     )
-    stale_after: float = Field(10.0, gt=0, description="/healthz turns 503 when the last sample is older (s)")
+    stale_after: float = Field(
+        10.0,
+        gt=0,
+        description="/healthz and /readyz answer 503 when the last sampling round ended longer ago than this (s; "
+        "keep it above sample_interval)",
+    )
     lost_gpu_retry: float = Field(10.0, gt=0, description="seconds between attempts to bring a lost GPU back")
     nvml_retry_max: float = Field(60.0, ge=1, description="longest wait between NVML re-initialisation attempts (s)")
 
@@ -97,10 +119,14 @@ class ExporterSettings(_Section):
 
 
 class WebSettings(_Section):
-    listen: str = Field(f":{DEFAULT_PORT}", description="HOST:PORT (or :PORT for every address)")
-    tls_cert_file: Path | None = Field(None, description="PEM certificate; enables HTTPS with tls_key_file")
+    listen: str = Field(f":{DEFAULT_PORT}", description="the exporter's HOST:PORT (or :PORT for every address)")
+    tls_cert_file: Path | None = Field(
+        None, description="PEM certificate; with tls_key_file, HTTPS on both daemons (exporter and analytics)"
+    )
     tls_key_file: Path | None = Field(None, description="PEM private key")
-    basic_auth_users: dict[str, str] = Field(default_factory=dict, description="user -> bcrypt hash")
+    basic_auth_users: dict[str, str] = Field(
+        default_factory=dict, description="user -> bcrypt hash, on both daemons (the probes need none)"
+    )
 
     @field_validator("listen")
     @classmethod
@@ -146,9 +172,12 @@ class HistorySettings(_Section):
     enabled: bool = Field(True, description="write per-minute rollups to SQLite")
     path: Path | None = Field(
         None,
-        description="SQLite file; default $STATE_DIRECTORY, /var/lib/gpuledger or ~/.local/state/gpuledger",
+        description="SQLite file; default history.db in $STATE_DIRECTORY, else /var/lib/gpuledger (as root), else "
+        "$XDG_STATE_HOME/gpuledger or ~/.local/state/gpuledger; a replay writes none unless it is set",
     )
-    retention_days: int = Field(400, ge=1, le=36500, description="rows older than this are deleted")
+    retention_days: int = Field(
+        400, ge=1, le=36500, description="rows older than this many days are deleted (checked hourly)"
+    )
 
 
 class ReplaySettings(_Section):
@@ -165,9 +194,20 @@ class BenchSettings(_Section):
     cron: str = Field("0 4 * * *", description="when to run (crontab: minute hour day month weekday)")
     interval: float | None = Field(None, gt=0, description="seconds between rounds; replaces cron when set")
     timezone: str | None = Field(None, description="time zone of the cron expression (default: the host's)")
-    run_at_start: bool = Field(False, description="also run once, as soon as the idle window has been observed")
-    idle_window: float = Field(600.0, ge=0, description="seconds the GPUs must have been idle before a round")
-    idle_below: float = Field(0.05, ge=0, le=1, description="utilisation under which a GPU counts as idle")
+    run_at_start: bool = Field(
+        False,
+        description="also run one round idle_window + 1 s after start (skipped, like any round, if the GPUs are "
+        "not idle then)",
+    )
+    idle_window: float = Field(
+        600.0,
+        ge=0,
+        description="seconds every GPU must have been watched and idle before a round; else the round is skipped "
+        "(skipped_busy)",
+    )
+    idle_below: float = Field(
+        0.05, ge=0, le=1, description="utilisation under which a GPU with no compute process counts as idle"
+    )
     timeout: float = Field(600.0, gt=0, description="seconds after which a round is killed")
     benches: list[str] = Field(
         ["allreduce", "train", "matmul", "memcpy"], min_length=1, description="which benchmarks a round runs"
@@ -197,7 +237,10 @@ class BenchSettings(_Section):
 class AttributionSettings(_Section):
     proc_root: Path = Field(Path("/proc"), description="where to read processes (the host's /proc in a container)")
     passwd_file: Path | None = Field(None, description="user names from this passwd file (default: the system's)")
-    kubelet_socket: str = Field("auto", description="pod-resources socket; auto: the kubelet's if present; '' = off")
+    kubelet_socket: str = Field(
+        "auto",
+        description="pod-resources socket; auto: /var/lib/kubelet/pod-resources/kubelet.sock if present; '' = off",
+    )
     pods_interval: float = Field(30.0, gt=0, description="seconds between pod-resources queries")
     job_grace: float = Field(600.0, ge=0, description="seconds a job's series stay after it left its GPU")
 
@@ -224,8 +267,16 @@ class SlurmSettings(_Section):
     squeue: str = Field("squeue", min_length=1, description="squeue command")
     sacct: str = Field("sacct", min_length=1, description="sacct command")
     scontrol: str = Field("scontrol", min_length=1, description="scontrol command")
-    accounting: Literal["auto", "sacct", "jobcomp"] = Field("auto", description="where finished jobs come from")
-    jobcomp_file: Path | None = Field(None, description="jobcomp/filetxt file (default: from scontrol show config)")
+    accounting: Literal["auto", "sacct", "jobcomp"] = Field(
+        "auto",
+        description="where finished jobs come from: sacct (slurmdbd), jobcomp (a jobcomp/filetxt file), or auto: sacct "
+        "where it answers, else the jobcomp file",
+    )
+    jobcomp_file: Path | None = Field(
+        None,
+        description="jobcomp/filetxt file (default with accounting = auto: JobCompLoc of scontrol show config; "
+        "accounting = jobcomp needs it set)",
+    )
 
 
 class Settings(LayeredSettings):

@@ -90,7 +90,8 @@ it with `--listen HOST:PORT` (`:PORT` listens on every address, IPv6 and IPv4).
 maps user names to **bcrypt hashes** (plain passwords are refused), as in Prometheus'
 exporter-toolkit web config; make one with
 `python -c 'import bcrypt,getpass; print(bcrypt.hashpw(getpass.getpass().encode(), bcrypt.gensalt()).decode())'`.
-`/healthz`, `/readyz` and `/livez` need no credentials (probes); `/` and `/metrics` do.
+Both daemons use them. `/healthz`, `/readyz` and `/livez` need no credentials (probes); `/`, `/metrics`
+and the analytics daemon's `/reports/` do.
 
 ## History durability
 
@@ -107,7 +108,10 @@ def _default(field: object) -> str:
     f = field  # pydantic FieldInfo
     factory = getattr(f, "default_factory", None)
     if factory is not None:
-        return "(this host's name)" if "hostname" in getattr(factory, "__name__", "") else "none"
+        if "hostname" in getattr(factory, "__name__", ""):
+            return "(this host's name)"
+        made = factory()
+        return f"`{made}`" if made else "none"
     if getattr(f, "is_required", lambda: False)():
         return "required"
     value = getattr(f, "default", None)
@@ -134,6 +138,7 @@ def render() -> str:
         flags.setdefault(dotted, "--" + dest.replace("_", "-"))
     flags["analytics.reports_dir"] = "--reports-dir, --out"
     flags["analytics.formats"] = "--format"
+    flags["analytics.listen"] = "--listen (gpuledger up: --analytics-listen)"
     out = [INTRO]
     for section, field in FullSettings.model_fields.items():
         model = field.annotation

@@ -43,7 +43,10 @@ ANALYTICS = """
 ## Analytics daemon (`gpuledger analytics`, `gpuledger up`; port 10045)
 
 The latest reports as gauges: `window="week"` is the last weekly report, `window="rolling_7d"` the
-7 days up to the last hourly refresh. Rows carry `group` (fleet, host, model, user) and `key`;
+7 days up to the last refresh (`[analytics] refresh_minutes`, hourly by default). Rows carry `group`
+and `key`: `group` is fleet, host, model, unallocated, or one of `[analytics] group_by` (user,
+namespace, account, partition, qos, cluster, `label:<name>`), each of those its top
+`group_top_n` keys by total cost and one `(other)` row summing the rest;
 per-GPU and per-job figures stay in the report files (they would multiply the series). Money is in
 the currency of `gpuledger_report_info`. The prices let dashboards cost live data, e.g. the energy
 cost rate of a host: `sum by (instance) (rate(gpuledger_gpu_energy_joules_total[5m])) / 3.6e6 *

@@ -79,7 +79,8 @@ FEATURE: Feature[BenchSnapshot] = Feature("bench", BenchSnapshot, (
     _row("gpuledger_bench_runs_total", "counter", "", "Benchmark runs by benchmark and result (ok, failed, timeout, "
          "skipped_busy, skipped_no_gpu).", "bench scheduler", lambda b: {k: float(v) for k, v in b.runs.items()},
          ("bench", "result")),
-    _row("gpuledger_bench_last_run_timestamp_seconds", "gauge", "seconds", "When a benchmark last ended so.",
+    _row("gpuledger_bench_last_run_timestamp_seconds", "gauge", "seconds",
+         "When a benchmark last ended with this result (kept in the history across restarts).",
          "bench scheduler, history", lambda b: dict(b.last_run), ("bench", "result")),
     _row("gpuledger_bench_duration_seconds", "gauge", "seconds", "How long the latest run of a benchmark took.",
          "bench scheduler", lambda b: {(k,): v for k, v in b.duration.items()}, ("bench",)),

@@ -53,7 +53,8 @@ FEATURE: Feature[KubeletStatus] = Feature("jobs", KubeletStatus, (
             "Time a job held the GPU (covered rounds).", "attribution", _per_job(lambda c: c.sampled_seconds),
             JOB_LABELS),
     gpu_row("gpuledger_job_gpu_busy_seconds_total", "counter", "seconds",
-            "The GPU's busy time times the job's share (SM utilisation, else memory, else equal).",
+            "The GPU's busy time times the job's share (per-process SM utilisation, else GPU memory held, "
+            "else equal).",
             "attribution", _per_job(lambda c: c.busy_seconds), JOB_LABELS),
     gpu_row("gpuledger_job_gpu_charged_seconds_total", "counter", "seconds",
             "The job's share of the GPU's time (each round times its share, so jobs sharing a GPU never add "
@@ -70,7 +71,8 @@ FEATURE: Feature[KubeletStatus] = Feature("jobs", KubeletStatus, (
         "(empty = not named); join on job_id.", "/proc/PID/environ (SLURM_JOB_ACCOUNT, _PARTITION, _QOS)",
         _slurm_jobs, SLURM_LABELS),
     part_row(KubeletStatus, "gpuledger_attribution_kubelet_up", "gauge", "",
-             "1 when the kubelet's pod-resources API answered last time.", "kubelet pod-resources",
+             "1 when the kubelet's pod-resources API answered last time; absent where no socket is used.",
+             "kubelet pod-resources",
              lambda k: float(k.up)),
 ))
 # fmt: on

@@ -39,7 +39,9 @@ _STARTS = "squeue, sacct / jobcomp"
 
 # fmt: off
 FEATURE: Feature[QueueSnapshot] = Feature("slurm", QueueSnapshot, (
-    _row("gpuledger_queue_source_up", "gauge", "", "1 when the Slurm source (squeue, sacct, jobcomp) answered.",
+    _row("gpuledger_queue_source_up", "gauge", "",
+         "1 when the Slurm source answered last time: squeue, sacct, jobcomp, or accounting (0: neither sacct nor "
+         "a jobcomp file was found).",
          "slurm watcher", _by_key(lambda q: {k: float(v) for k, v in q.sources.items()}), ("source",)),
     _row("gpuledger_queue_pending_jobs", "gauge", "", "Jobs pending per partition.",
          "squeue", _by_key(lambda q: q.pending_jobs), ("partition",)),
@@ -47,7 +49,8 @@ FEATURE: Feature[QueueSnapshot] = Feature("slurm", QueueSnapshot, (
          "squeue", _by_key(lambda q: q.pending_gpus), ("partition",)),
     _row("gpuledger_queue_running_jobs", "gauge", "", "Jobs running per partition.",
          "squeue", _by_key(lambda q: q.running_jobs), ("partition",)),
-    _row("gpuledger_queue_oldest_pending_seconds", "gauge", "seconds", "Age of the oldest pending job per partition.",
+    _row("gpuledger_queue_oldest_pending_seconds", "gauge", "seconds",
+         "Age (now - submit) of the oldest pending job per partition; 0 when none.",
          "squeue", _by_key(lambda q: q.oldest_pending), ("partition",)),
     _row("gpuledger_queue_wait_seconds", "histogram", "seconds",
          "Queue wait (start - submit) of jobs as they start, per partition.",
@@ -55,10 +58,12 @@ FEATURE: Feature[QueueSnapshot] = Feature("slurm", QueueSnapshot, (
     _row("gpuledger_queue_eligible_wait_seconds", "histogram", "seconds",
          "Wait from eligibility to start (excludes holds and dependencies), per partition.",
          _STARTS, _hist(lambda q: q.eligible_wait), ("partition",)),
-    _row("gpuledger_jobs_finished_total", "counter", "", "Jobs that ended, by partition and final state.",
+    _row("gpuledger_jobs_finished_total", "counter", "",
+         "Jobs that ended since the exporter started, by partition and final state.",
          _ENDED, _by_state(lambda q: q.finished), ("partition", "state")),
     _row("gpuledger_jobs_gpu_seconds_total", "counter", "seconds",
-         "GPUs x run time of jobs that ended, by partition and final state (lost work: FAILED, TIMEOUT, ...).",
+         "GPUs x run time of jobs that ended since the exporter started, by partition and final state (lost work: "
+         "FAILED, TIMEOUT, ...).",
          _ENDED, _by_state(lambda q: q.gpu_seconds), ("partition", "state")),
     _row("gpuledger_jobs_requeued_total", "counter", "", "Job requeues and restarts, per partition.",
          "squeue restart count", _by_key(lambda q: q.requeued), ("partition",)),
