@@ -269,6 +269,7 @@ class Cost:
 
     hardware: float
     energy: float
+    tariff_mean: bool = False  # a tariff priced the energy at its mean: the source had no hourly energy
 
 
 def energy_cost(
@@ -278,17 +279,23 @@ def energy_cost(
     by_hour: Sequence[float] | None,
     start: float,
     timezone: str,
-) -> float:
-    """Energy cost of a GPU over a window starting at ``start``: hour by hour when a tariff is set
-    and hourly energy is known, else at the flat price. Zero where the cloud price includes it."""
+    charged: tuple[float, int] | None = None,
+) -> tuple[float, bool]:
+    """Energy cost of a GPU over a window starting at ``start``, and whether a tariff had to be
+    applied at its mean: hour by hour when a tariff is set and hourly energy is known; with a
+    tariff but no hourly energy, at the tariff's mean price over the ``charged`` hours (their
+    start and count; default the first hour), never at the flat price the tariff replaces;
+    without a tariff, at the flat price. Zero where the cloud price includes it."""
     if joules is None or (rule is not None and rule.kind == "cloud" and rule.energy_included):
-        return 0.0
-    if model.tariff and by_hour is not None:
-        return sum(
-            j / JOULES_PER_KWH * model.pue * model.price_at(start + 3600 * h + 1, timezone)
-            for h, j in enumerate(by_hour)
-        )
-    return joules / JOULES_PER_KWH * model.pue * model.energy_price_per_kwh
+        return 0.0, False
+    kwh = model.pue / JOULES_PER_KWH
+    if not model.tariff:
+        return joules * kwh * model.energy_price_per_kwh, False
+    if by_hour is not None:
+        return sum(j * kwh * model.price_at(start + 3600 * h + 1, timezone) for h, j in enumerate(by_hour)), False
+    first, hours = charged or (start, 1)
+    prices = [model.price_at(first + 3600 * h + 1, timezone) for h in range(max(1, hours))]
+    return joules * kwh * sum(prices) / len(prices), True
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,9 +342,11 @@ def gpu_cost(
     by_hour: Sequence[float] | None,
     start: float,
     timezone: str,
+    charged: tuple[float, int] | None = None,
 ) -> Cost:
     hardware = rule.hourly() * hours if rule is not None else 0.0
-    return Cost(hardware, energy_cost(model, rule, joules, by_hour, start, timezone))
+    energy, mean = energy_cost(model, rule, joules, by_hour, start, timezone, charged)
+    return Cost(hardware, energy, mean)
 
 
 def breakeven_utilisation(rule: PriceRule, cloud_price: float, energy_per_busy_hour: float) -> float | None:

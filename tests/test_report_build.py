@@ -142,6 +142,27 @@ def test_a_tariff_charges_each_hour_its_price() -> None:
     assert r.fleet.energy_cost == pytest.approx(5 * 12 * 0.40 + (168 - 60) * 0.10)
 
 
+def test_a_tariff_without_hourly_energy_prices_at_its_mean_and_says_so() -> None:
+    """dcgm-exporter's series (or hourly energy not asked for) give a week's energy but not its
+    hours: the tariff still replaces the flat price, at its mean over the charged hours, with a
+    note; the flat price it replaces never applies."""
+    day = TariffWindow(start_hour=8, end_hour=20, weekdays=[0, 1, 2, 3, 4], price_per_kwh=0.40)
+    cost = CostModel(energy_price_per_kwh=0.10, pue=1.0, tariff=[day])
+    r = build(WeekData(WEEK, "t", (_gpu(energy_kwh=168), _gpu("GPU-b", energy_kwh=100))), cost, now=WEEK.end)
+    mean = (5 * 12 * 0.40 + (168 - 60) * 0.10) / 168
+    assert r.fleet.energy_cost == pytest.approx(268 * mean)
+    assert any("energy of 2 GPUs priced at the tariff's mean" in a for a in r.approximations), r.approximations
+    hourly = build(WeekData(WEEK, "t", (_gpu(energy_kwh=168, by_hour=tuple([3.6e6] * 168)),)), cost, now=WEEK.end)
+    assert not any("tariff" in a for a in hourly.approximations)  # hour by hour: exact, no note
+    flat = build(WeekData(WEEK, "t", (_gpu(energy_kwh=168),)), CostModel(energy_price_per_kwh=0.1, pue=1.0))
+    assert flat.fleet.energy_cost == pytest.approx(16.8) and not any("tariff" in a for a in flat.approximations)
+    # a window charged only in part (a fresh install, 24 h from Monday 00:00): the mean of those hours
+    first_day = build(
+        WeekData(WEEK, "t", (_gpu(energy_kwh=24),), history_start=WEEK.start), cost, now=WEEK.start + 24 * HOUR
+    )
+    assert first_day.fleet.energy_cost == pytest.approx(24 * (12 * 0.40 + 12 * 0.10) / 24)
+
+
 def test_users_and_jobs_pay_for_the_hours_they_held() -> None:
     rule = PriceRule(purchase_price=8760 * 4, depreciation_years=4)  # 1.00 per hour
     g = _gpu(energy_kwh=100)

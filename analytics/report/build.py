@@ -109,6 +109,7 @@ def build(
     per_joule: dict[str, float] = {}  # uuid -> the GPU's effective energy price (tariff included)
     co2e_per_joule: dict[str, float | None] = {}  # uuid -> kg CO2e per joule (None: no intensity or energy)
     mean_intensity: list[str] = []  # GPUs whose hourly intensity was applied at the window's mean
+    mean_tariff: list[str] = []  # GPUs whose energy the tariff priced at its mean (no hourly energy)
     unpriced: set[str] = set()
     priced: dict[tuple[str, str], PriceRule] = {}  # (host, model) -> the rule that prices its GPUs
     priced_gpus: Counter[tuple[str, str]] = Counter()
@@ -121,11 +122,12 @@ def build(
             priced.setdefault((g.host, g.model), rule)
             priced_gpus[(g.host, g.model)] += 1
         hourly[g.uuid] = rule.hourly() if rule is not None else 0.0
-        c = gpu_cost(cost, rule, charged_s / 3600, g.energy_j, g.energy_by_hour, w.start, w.timezone)
+        charged = (start, round(charged_s / 3600))
+        c = gpu_cost(cost, rule, charged_s / 3600, g.energy_j, g.energy_by_hour, w.start, w.timezone, charged)
+        if c.tariff_mean:
+            mean_tariff.append(g.uuid)
         per_joule[g.uuid] = c.energy / g.energy_j if g.energy_j else 0.0
-        co2e = gpu_co2e(
-            cost, g.host, g.energy_j, g.energy_by_hour, w.start, w.timezone, (start, round(charged_s / 3600))
-        )
+        co2e = gpu_co2e(cost, g.host, g.energy_j, g.energy_by_hour, w.start, w.timezone, charged)
         if co2e.mean_applied:
             mean_intensity.append(g.uuid)
         co2e_per_joule[g.uuid] = None if co2e.co2e_kg is None else co2e.co2e_kg / g.energy_j if g.energy_j else 0.0
@@ -205,7 +207,12 @@ def build(
         currency=cost.currency,
         useful_measure=fleet_row.useful_measure,
         source=data.source,
-        approximations=[*data.approximations, *_carbon_approximations(mean_intensity), *_orphan_note(orphans, on_gpu)],
+        approximations=[
+            *data.approximations,
+            *_carbon_approximations(mean_intensity),
+            *_tariff_approximations(mean_tariff),
+            *_orphan_note(orphans, on_gpu),
+        ],
         example_prices=cost.example_prices,
         complete=not reasons,
         incomplete_reasons=reasons,
@@ -284,6 +291,16 @@ def _orphan_note(uuids: list[str], on_gpu: dict[str, list[JobWeek]]) -> list[str
         return []
     n = sum(len(on_gpu[u]) for u in uuids)
     return [f"{n} job rows on {len(uuids)} GPUs without GPU figures in this window are left out (e.g. {uuids[0]})"]
+
+
+def _tariff_approximations(uuids: list[str]) -> list[str]:
+    """The approximation note where a tariff met a GPU without hourly energy."""
+    if not uuids:
+        return []
+    return [
+        f"energy of {len(uuids)} GPUs priced at the tariff's mean over the charged hours: the source has "
+        "no hourly energy for them, so the tariff could not be applied hour by hour"
+    ]
 
 
 def _carbon_approximations(uuids: list[str]) -> list[str]:
