@@ -140,3 +140,34 @@ def test_missing_or_hanging_commands_set_source_up_0_and_the_watcher_carries_on(
     assert stuck.snapshot().sources["squeue"] is False
     stuck.poll()  # and again next time: nothing broke
     assert stuck.snapshot().pending_jobs == {}
+
+
+def test_accounting_jobcomp_without_a_file_asks_slurm_conf_for_it(
+    cluster: SlurmCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``accounting = "jobcomp"`` and no ``jobcomp_file``: the file is slurm.conf's JobCompLoc
+    (once asserted on every poll, a traceback each 15 s and no finished jobs)."""
+    c = cluster
+    job = c.sbatch("--wrap", "true")
+    assert wait_until(lambda: c.jobcomp.exists() and job in c.jobcomp.read_text(), 60)
+    kept: list[str] = []
+    w = SlurmWatcher(
+        SlurmSettings(enabled=True, conf=c.conf, accounting="jobcomp"), lambda js: kept.extend(j.job_id for j in js)
+    )
+    w.poll()
+    assert job in kept and w.snapshot().sources.get("jobcomp") is True
+    # a slurm.conf without jobcomp/filetxt: accounting down, one ERROR line over polls, no traceback
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text("#!/bin/sh\necho 'JobCompType             = (null)'\n")
+    scontrol.chmod(0o755)
+    bare = SlurmWatcher(SlurmSettings(enabled=True, conf=c.conf, accounting="jobcomp", scontrol=str(scontrol)), None)
+    with caplog.at_level("DEBUG", logger="exporter.slurm.watcher"):
+        for _ in range(3):
+            bare.poll()
+    assert bare.snapshot().sources["accounting"] is False
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert (
+        len(errors) == 1
+        and "no jobcomp/filetxt" in errors[0].getMessage()
+        and not any(r.exc_info for r in caplog.records)
+    )

@@ -226,7 +226,7 @@ class SlurmWatcher:
             self._accounting = self._detect()
         if self._accounting == "sacct":
             self._poll_sacct()
-        elif self._accounting == "jobcomp":
+        elif self._accounting == "jobcomp" and (self._jobcomp is not None or self._find_jobcomp()):
             self._poll_jobcomp()
 
     def _detect(self) -> str | None:
@@ -236,21 +236,30 @@ class SlurmWatcher:
             return "sacct"
         except SourceError as e:
             log.info("slurm watcher: no sacct accounting (%s); looking for a jobcomp file", e)
-        if self._jobcomp is None:
-            try:
-                config = run([self.s.scontrol, "show", "config"], self.s.command_timeout, self._env)
-            except SourceError as e:
-                self._down("accounting", e)
-                return None
-            settings = dict(
-                (k.strip(), v.strip()) for k, _, v in (line.partition("=") for line in config.splitlines()) if v
-            )
-            if settings.get("JobCompType") != "jobcomp/filetxt" or not settings.get("JobCompLoc"):
-                self._down("accounting", SourceError("neither slurmdbd accounting nor jobcomp/filetxt is set up"))
-                return None
-            self._jobcomp = Path(settings["JobCompLoc"])
+        if self._jobcomp is None and not self._find_jobcomp(
+            "neither slurmdbd accounting nor jobcomp/filetxt is set up"
+        ):
+            return None
         log.info("slurm watcher: finished jobs from %s", self._jobcomp)
         return "jobcomp"
+
+    def _find_jobcomp(self, missing: str = "slurm.conf sets no jobcomp/filetxt (JobCompType, JobCompLoc)") -> bool:
+        """The jobcomp file slurm.conf names (``scontrol show config``), for ``accounting = auto``
+        and for ``jobcomp`` without ``jobcomp_file``; asked again at the next poll when there is
+        none (``gpuledger_queue_source_up{source="accounting"} 0`` meanwhile, one log line)."""
+        try:
+            config = run([self.s.scontrol, "show", "config"], self.s.command_timeout, self._env)
+        except SourceError as e:
+            self._down("accounting", e)
+            return False
+        settings = dict(
+            (k.strip(), v.strip()) for k, _, v in (line.partition("=") for line in config.splitlines()) if v
+        )
+        if settings.get("JobCompType") != "jobcomp/filetxt" or not settings.get("JobCompLoc"):
+            self._down("accounting", SourceError(missing))
+            return False
+        self._jobcomp = Path(settings["JobCompLoc"])
+        return True
 
     def _poll_jobcomp(self) -> None:
         assert self._jobcomp is not None
