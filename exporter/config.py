@@ -94,7 +94,7 @@ class ExporterSettings(_Section):
         10.0,
         gt=0,
         description="/healthz and /readyz answer 503 when the last sampling round ended longer ago than this (s; "
-        "keep it above sample_interval)",
+        "must exceed sample_interval; when not set: 10, or 3 x sample_interval if that is longer)",
     )
     lost_gpu_retry: float = Field(10.0, gt=0, description="seconds between attempts to bring a lost GPU back")
     nvml_retry_max: float = Field(60.0, ge=1, description="longest wait between NVML re-initialisation attempts (s)")
@@ -116,6 +116,19 @@ class ExporterSettings(_Section):
     @classmethod
     def _hostname(cls, v: str) -> str:
         return check_label_value(v)
+
+    @model_validator(mode="after")
+    def _stale_after_a_round(self) -> ExporterSettings:
+        """A round is up to sample_interval old between rounds: readiness that expects one sooner
+        flaps. Not set: long enough for the interval; set too short: refused, naming it."""
+        if "stale_after" not in self.model_fields_set:
+            self.__dict__["stale_after"] = max(10.0, 3 * self.sample_interval)  # no re-validation
+        elif self.stale_after <= self.sample_interval:
+            raise ValueError(
+                f"stale_after ({self.stale_after:g} s) must exceed sample_interval ({self.sample_interval:g} s): "
+                "between rounds the last one is up to an interval old"
+            )
+        return self
 
 
 class WebSettings(_Section):

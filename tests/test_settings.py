@@ -93,3 +93,23 @@ def test_an_empty_yaml_file_is_the_defaults_and_a_missing_one_an_error(tmp_path:
         config.load(tmp_path / "absent.toml")
     with pytest.raises(ConfigError, match="Is a directory"):
         config.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("interval", "stale", "got"),
+    [(1.0, None, 10.0), (30.0, None, 90.0), (30.0, 45.0, 45.0), (0.5, 0.6, 0.6)],
+)
+def test_stale_after_follows_a_long_sample_interval_unless_set(
+    interval: float, stale: float | None, got: float
+) -> None:
+    """--sample-interval 30 with the default stale_after of 10 s made /healthz flap 200/503 between
+    rounds: unset, it is 3 intervals (at least 10 s); set, it is kept."""
+    exp = {"sample_interval": interval, **({"stale_after": stale} if stale is not None else {})}
+    assert config.Settings(exporter=exp).exporter.stale_after == got
+
+
+def test_a_stale_after_within_one_interval_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "gpuledger.toml"
+    path.write_text("[exporter]\nsample_interval = 30\nstale_after = 20\n")
+    with pytest.raises(ConfigError, match=r"stale_after \(20 s\) must exceed sample_interval \(30 s\)"):
+        load_settings(config.Settings, path)
