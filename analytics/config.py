@@ -16,7 +16,7 @@ from analytics.report.build import GROUP_BY, GROUPINGS, LABEL
 from analytics.report.output import FORMATS
 from daemonkit import crontab
 from daemonkit.settings import check_timezone, split_listen
-from exporter.config import Settings
+from exporter.config import MAX_LABEL_VALUE, Settings, check_label_value
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
@@ -282,11 +282,21 @@ class FocusSettings(_Section):
 
 class BudgetRule(_Section):
     group: str = Field(description=f"the grouping: {', '.join(GROUPINGS)}, or label:<name> for one of pod_labels")
-    key: str = Field(min_length=1, description="the group's key in the report (a user, an account, a cluster...)")
+    key: str = Field(
+        min_length=1,
+        max_length=MAX_LABEL_VALUE,
+        description="the group's key in the report (a user, an account, a cluster...; "
+        f"at most {MAX_LABEL_VALUE} printable characters: the gauges' key label)",
+    )
     currency: float | None = Field(
         None, gt=0, description="the month's budget in the cost model's currency (the rows' total cost)"
     )
     gpu_hours: float | None = Field(None, gt=0, description="the month's budget in charged GPU-hours")
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        return check_label_value(v)
 
     @field_validator("group")
     @classmethod

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 HOURS_PER_YEAR = 8760.0
 JOULES_PER_KWH = 3.6e6
@@ -179,7 +179,9 @@ EXAMPLE_RULE = PriceRule(
 
 
 class CostModel(_Model):
-    currency: str = Field("USD", min_length=1, max_length=8, description="code or symbol printed with money")
+    currency: str = Field(
+        "USD", min_length=1, max_length=8, description="code or symbol printed with money (printable characters)"
+    )
     energy_price_per_kwh: float = Field(0.15, ge=0, description="flat price where no tariff window applies")
     pue: float = Field(1.3, ge=1.0, le=3.0, description="facility energy / IT energy")
     tariff: list[TariffWindow] = Field(default_factory=list, description="time-of-day prices (below)")
@@ -194,6 +196,14 @@ class CostModel(_Model):
         "time and rows that mix the two say so; busy counts busy time for every GPU of such a window",
     )
     rules: list[PriceRule] = Field(default_factory=list, description="first match wins")
+
+    @field_validator("currency")
+    @classmethod
+    def _printable(cls, v: str) -> str:  # a label value of the analytics' gauges, and in every file
+        if not v.isprintable():
+            raise ValueError("must be printable: no control characters, tabs or newlines")
+        return v
+
     default: PriceRule | None = Field(
         None,
         description="for GPUs no rule matches (with no rules and no default: example prices, and the reports say so)",

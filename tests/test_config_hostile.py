@@ -327,3 +327,27 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     f.write_text(INLINE_ANCHORS + "analytics:\n  timezone: Europe/Berlin\n")
     res = run_cli("exporter", "--check-config", "--config", str(f))
     assert (res.returncode, res.stdout.strip()) == (0, "gpuledger exporter: configuration ok"), res.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        ('[cost]\ncurrency = "E\\u001b[2JUR"\n', "cost.currency: must be printable"),
+        ('[cost]\ncurrency = "EU\\nR"\n', "cost.currency: must be printable"),
+        (
+            '[[budgets.rules]]\ngroup = "user"\nkey = "al\\u001bice"\ncurrency = 5\n',
+            "budgets.rules.0.key: must be printable",
+        ),
+        (
+            '[[budgets.rules]]\ngroup = "account"\nkey = "' + "k" * 300 + '"\ngpu_hours = 5\n',
+            "budgets.rules.0.key: String should have at most 253 characters",
+        ),
+    ],
+)
+def test_analytics_values_that_become_label_values_are_printable_and_bounded(
+    tmp_path: Path, content: str, named: str
+) -> None:
+    """[cost] currency and a budget's key are label values of the analytics' gauges (currency,
+    key): a control character or a 300-character key is refused, as the exporter's hostname is."""
+    msg = one_config_error(tmp_path, "c.toml", content)
+    assert named in msg and "\x1b" not in msg
