@@ -33,9 +33,10 @@ def _rows(r: Report) -> Iterator[CostRow]:
     yield from (row for row in r.rows if row.group not in ("gpu", "job"))
 
 
-def _other(group: str, rows: list[CostRow]) -> CostRow:
+def _other(group: str, rows: list[CostRow], min_useful_h: float = 0.0) -> CostRow:
     """One row summing ``rows``: the additive columns summed, the ratios recomputed from the sums
-    (GPUs summed: a GPU two of the rows share counts twice)."""
+    (GPUs summed: a GPU two of the rows share counts twice); no cost per useful GPU-hour under
+    ``min_useful_h`` useful hours, as any row."""
 
     def add(name: str) -> float:
         return float(sum(getattr(x, name) or 0.0 for x in rows))
@@ -68,7 +69,7 @@ def _other(group: str, rows: list[CostRow]) -> CostRow:
         energy_cost=add("energy_cost"),
         hardware_cost=add("hardware_cost"),
         total_cost=total,
-        cost_per_useful_gpu_hour=total / useful if useful > 0 else None,
+        cost_per_useful_gpu_hour=total / useful if useful > 0 and useful >= min_useful_h else None,
         idle_cost=add("idle_cost"),
         coverage=sampled / available if available > 0 else 0.0,
         stalled_gpu_hours=known("stalled_gpu_hours"),
@@ -78,7 +79,7 @@ def _other(group: str, rows: list[CostRow]) -> CostRow:
     )
 
 
-def bounded(r: Report, top_n: int = TOP_N) -> Report:
+def bounded(r: Report, top_n: int = TOP_N, min_useful_h: float = 0.0) -> Report:
     """``r`` with each grouping's rows cut to its top ``top_n`` keys by total cost (ties by key)
     and an ``(other)`` row summing the rest, so a grouping exports at most ``top_n + 1`` keys and
     still adds up; the host, model and unallocated rows as they are."""
@@ -93,7 +94,7 @@ def bounded(r: Report, top_n: int = TOP_N) -> Report:
         ranked = sorted(rows, key=lambda x: (-x.total_cost, x.key))
         kept += ranked[:top_n]
         if len(ranked) > top_n:
-            kept.append(_other(group, ranked[top_n:]))
+            kept.append(_other(group, ranked[top_n:], min_useful_h))
     return dataclasses.replace(r, rows=kept)
 
 
@@ -303,7 +304,8 @@ class ReportCollector(Collector):
         self.clock = clock  # the energy price now (a tariff's hour)
 
     def collect(self) -> Iterator[Metric]:
-        reports = {window: bounded(r, self.top_n) for window, r in self.reports().items()}
+        min_h = self.cost.min_useful_gpu_hours
+        reports = {window: bounded(r, self.top_n, min_h) for window, r in self.reports().items()}
         info = INFO.make()
         for window, r in reports.items():
             info.add_metric((window, r.week, r.source, r.useful_measure, r.currency), 1.0)

@@ -352,6 +352,12 @@ def test_the_other_row_recomputes_its_ratios() -> None:
     assert other.cost_per_useful_gpu_hour == pytest.approx(other.total_cost / other.useful_gpu_hours)
     assert len(r.group("account")) == 4
     assert bounded(r, top_n=20) is r  # within the bound: as it is
+    # under [cost] min_useful_gpu_hours useful hours, no cost per useful GPU-hour: as for any row
+    few = other.useful_gpu_hours
+    (low,) = [x for x in bounded(_report(_many_accounts(12)), 3, few + 1).group("account") if x.key == OTHER]
+    assert low.cost_per_useful_gpu_hour is None and low.total_cost == pytest.approx(other.total_cost)
+    (at,) = [x for x in bounded(_report(_many_accounts(12)), 3, few).group("account") if x.key == OTHER]
+    assert at.cost_per_useful_gpu_hour == pytest.approx(other.cost_per_useful_gpu_hour)
 
 
 # ---------------------------------------------------------------- property
