@@ -22,6 +22,7 @@ from exporter.readers.capture import CaptureError, load
 from exporter.readers.fake import FakeReader
 from exporter.readers.replay import ReplayReader
 from exporter.sampling import sampler as sampler_mod
+from exporter.sampling import slowlane
 from exporter.scrape.cache import RenderCache
 from exporter.scrape.site import ExporterSite
 from tests.support.fake_prometheus import Answer, FakePrometheus
@@ -475,3 +476,37 @@ def test_replay_reader_refuses_a_bad_capture_before_serving(tmp_path: Path) -> N
     p.write_bytes(next(c for c in CASES if c.name == "NaN time").content)
     with pytest.raises(CaptureError, match=":3: bad or missing field t"):
         ReplayReader(p)
+
+
+def test_every_gpu_failing_at_once_is_one_traceback_and_so_is_a_failing_slow_lane(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same bug on all 8 GPUs in the first round: one ERROR with its traceback, not 8; a slow
+    lane that keeps failing (its rounds do not count as failed fast rounds): one, not one a second."""
+    r = FakeReader(8)
+    s = make_sampler(r)
+
+    def broken(index: int) -> object:
+        raise RuntimeError("a bug in the reader")
+
+    caplog.set_level(logging.DEBUG, logger="exporter.sampling.sampler")
+    r.utilization = broken  # type: ignore[assignment,method-assign]
+    s.tick()
+    fast = [x for x in caplog.records if x.levelno >= logging.ERROR and x.exc_info is not None]
+    assert len(fast) == 1 and "gpu 0" in fast[0].getMessage()
+    assert sum(x.levelno == logging.DEBUG and x.exc_info is not None for x in caplog.records) == 7  # kept, quietly
+    caplog.clear()
+    r2 = FakeReader(2)
+    s2 = make_sampler(r2)
+
+    def slow_bug(*args: object) -> object:
+        raise KeyError("a bug in the slow lane")
+
+    monkeypatch.setattr(slowlane, "read", slow_bug)
+    for _ in range(5):
+        r2.advance(1.0)
+        s2.tick()
+        s2.slow_tick()
+    assert s2.failure() is None  # the fast rounds are fine
+    slow = [x for x in caplog.records if x.levelno >= logging.ERROR and x.exc_info is not None]
+    assert len(slow) == 1, [x.getMessage() for x in slow]

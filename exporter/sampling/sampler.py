@@ -77,6 +77,7 @@ class Sampler:
         self._threads: list[threading.Thread] = []
         self._failed_rounds = 0  # consecutive fast-lane rounds that raised (on any GPU)
         self._failure = ""  # the latest round's error
+        self._logged: set[tuple[str, str]] = set()  # failures logged with a traceback (_log_failure)
 
     # --- public -------------------------------------------------------------------------
 
@@ -124,7 +125,7 @@ class Sampler:
             failure = self._tick()
         except Exception as e:
             failure = _describe(e)
-            self._log_failure("sampler tick failed; carrying on")
+            self._log_failure(e, "sampler tick failed; carrying on")
         self._note(failure)
         self._publish(time.perf_counter() - started)
 
@@ -133,6 +134,7 @@ class Sampler:
         if failure is None:
             if self._failed_rounds:
                 log.warning("sampler recovered after %d failed round(s)", self._failed_rounds)
+                self._logged.clear()  # a new streak logs its traceback again
             self._failed_rounds = 0
             return
         self._failed_rounds += 1
@@ -140,9 +142,14 @@ class Sampler:
         if self._failed_rounds == FAILING_AFTER:
             log.error("sampler failing (%s): /healthz answers 503 until a round succeeds", failure)
 
-    def _log_failure(self, message: str, *args: object) -> None:
-        """The first failure of a streak with its traceback; the rest at debug (not twice a second)."""
-        log.log(logging.DEBUG if self._failed_rounds else logging.ERROR, message, *args, exc_info=True)
+    def _log_failure(self, e: Exception, message: str, *args: object) -> None:
+        """A failure with its traceback once: the first of its kind (message and exception type,
+        whichever GPU or lane) until a failed streak of rounds ends; the rest at debug (not once
+        per GPU, nor twice a second)."""
+        kind = (message, type(e).__name__)
+        first = kind not in self._logged
+        self._logged.add(kind)
+        log.log(logging.ERROR if first else logging.DEBUG, message, *args, exc_info=True)
 
     def slow_tick(self) -> None:
         """One slow-lane round over all GPUs. Never raises."""
@@ -229,7 +236,7 @@ class Sampler:
                 return failure
             except Exception as e:
                 failure = failure or f"gpu {g.info.index}: {_describe(e)}"
-                self._log_failure("sampler tick failed on gpu %d; carrying on", g.info.index)
+                self._log_failure(e, "sampler tick failed on gpu %d; carrying on", g.info.index)
         return failure
 
     def idle_status(self, window: float) -> tuple[bool, str]:
