@@ -262,19 +262,24 @@ def add_live(d: Dashboard) -> None:
 
 def add_daemon(d: Dashboard) -> None:
     d.row("The analytics daemon")
-    d.add(
-        stat(
-            "Last success",
-            "Time since each task (refresh, weekly; budgets, statements, focus where configured) last "
-            "succeeded; a refresh older than a few hours means the rolling figures are stale.",
-            [Q("time() - gpuledger_analytics_last_success_timestamp_seconds", "{{task}}")],
-            "s",
-            thresholds=steps("green", (3 * 3600, "orange")),
-            text_mode="value_and_name",
-        ),
-        8,
-        5,
+    last = stat(
+        "Last success",
+        "Time since each task (refresh, weekly; budgets, statements, focus where configured) last "
+        "succeeded, amber once it is overdue for its schedule: refresh and budgets after 3 h (the "
+        "rolling figures are stale), focus after 2 days, weekly after 8, statements after 32.",
+        [Q("time() - gpuledger_analytics_last_success_timestamp_seconds", "{{task}}")],
+        "s",
+        thresholds=steps("green", (3 * 3600, "orange")),
+        text_mode="value_and_name",
     )
+    last["fieldConfig"]["overrides"] = [  # each task against its own schedule, not the refresh's
+        {
+            "matcher": {"id": "byName", "options": task},
+            "properties": [{"id": "thresholds", "value": steps("green", (due, "orange"))}],
+        }
+        for task, due in (("focus", 2 * 86400), ("weekly", 8 * 86400), ("statements", 32 * 86400))
+    ]
+    d.add(last, 8, 5)
     d.add(
         bargauge(
             "Runs by result",

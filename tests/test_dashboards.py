@@ -329,3 +329,21 @@ def test_the_synthetic_data_holds_every_state_at_any_hour() -> None:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with live_stack(tmp_path_factory.mktemp("dashboards")) as stack:
         yield stack
+
+
+@pytest.mark.integration
+def test_skipped_rounds_count_rounds_not_benchmarks(live: Stack) -> None:
+    """ "Skipped: GPUs busy" counts a skipped round once, whatever benchmarks it planned (it counted
+    each of the four, so amber at 7 came after two skipped days, not a week)."""
+    d = DASHBOARDS["gpuledger-bench"]
+    values, bad = variable_values(live.prom, d, {}, live.end)
+    assert not bad, bad
+    (r,) = [x for x in dashboard_runs(d, values, "bench") if x.where.startswith("bench / Skipped: GPUs busy /")]
+    at = {"time": f"{live.end:.3f}"}
+    panel = live.prom.api("query", {"query": r.expr, **at})["data"]["result"]
+    one_bench = f'increase(gpuledger_bench_runs_total{{bench="allreduce", result="skipped_busy"}}[{RANGE_S:.0f}s])'
+    rounds = live.prom.api("query", {"query": f"max (max by (instance) ({one_bench}))", **at})["data"]["result"]
+    every = live.prom.api("query", {"query": one_bench.replace('bench="allreduce", ', ""), **at})["data"]["result"]
+    assert len(panel) == 1 and float(panel[0]["value"][1]) > 0
+    assert float(panel[0]["value"][1]) == pytest.approx(float(rounds[0]["value"][1]))
+    assert len({s["metric"]["bench"] for s in every}) == 4  # four benchmarks per round, counted once
