@@ -1,8 +1,9 @@
 """The commands README.md and docs/*.md show, as a reader would copy them.
 
-A command is a line of a shell code block (``bash``, ``sh``, ``console`` or unnamed blocks whose
-lines look like commands), with ``\\`` continuations joined, a leading ``$ `` and trailing
-comments dropped, or an inline code span that starts with a program this project ships
+A command is a line of a shell code block (``bash``, ``sh``, ``console``, ``shell``; in an
+unnamed block, a line that starts with a program this project ships and is not its output),
+with ``\\`` continuations joined, a leading ``$ `` and trailing comments dropped, or an inline
+code span that starts with a program this project ships
 (``gpuledger``, ``python -m gpuledger``/``exporter``/``analytics``/``bench...``, ``scripts/``,
 ``bench/``). Prefixes that do not change what runs (``sudo``, ``srun``, ``VAR=value``, a venv's
 ``bin/``) are taken off, so ``argv[0]`` names the program.
@@ -21,6 +22,7 @@ SHELL_BLOCKS = {"bash", "sh", "console", "shell"}
 OURS = re.compile(r"^(gpuledger|python3? -m (gpuledger|exporter|analytics|bench)|python3? bench/|scripts/|bench/)")
 _ENV = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 _BIN = re.compile(r"^(\.venv|/opt/gpuledger)/bin/")
+_OUTPUT = re.compile(r"^gpuledger( [a-z]+)?: ")  # what a gpuledger command prints, e.g. "gpuledger bench: ..."
 
 
 @dataclass(frozen=True)
@@ -69,13 +71,15 @@ def _block_commands(path: Path) -> list[DocCommand]:
         if line.startswith("```"):
             lang = None if lang is not None else line[3:].strip()
             continue
-        if lang not in SHELL_BLOCKS:
+        if lang not in SHELL_BLOCKS and lang != "":
             continue
         text = line.strip()
         if text.startswith("$ "):
             text = text[2:]
         if not pending and (not text or text.startswith("#")):
             continue
+        if lang == "" and not pending and (not OURS.match(text) or _OUTPUT.match(text)):
+            continue  # an unnamed block: only the lines that run what this project ships, not its output
         if not pending:
             start = n
         if text.endswith("\\"):
