@@ -209,3 +209,13 @@ def test_a_boot_fail_job_counts_as_failed() -> None:
     (row,) = r.failures
     assert (row.completed, row.failed, row.timeout, row.cancelled, row.other) == (5, 3, 2, 0, 1)
     assert row.failed_gpu_hours == 3.5
+
+
+def test_what_the_jobs_take_whole_leaves_an_exact_zero_not_float_residue() -> None:
+    """A GPU its job held all week: the unallocated row's hours and money are 0.0, not 3e-13."""
+    rule = PriceRule(purchase_price=8760 * 4 * 0.3, depreciation_years=4)
+    g = _gpu(busy_h=168 * 0.7, energy_kwh=93.1)
+    j = JobWeek(g.uuid, g.host, JobKey("7", "ada"), 168 * HOUR, g.busy_s, g.energy_j or 0.0)
+    r = build(WeekData(WEEK, "t", (g,), (j,)), CostModel(rules=[rule], pue=1.1), now=WEEK.end)
+    (rest,) = r.group("unallocated")
+    assert (rest.sampled_gpu_hours, rest.busy_gpu_hours, rest.hardware_cost, rest.energy_cost) == (0.0, 0.0, 0.0, 0.0)

@@ -185,7 +185,13 @@ def rest(uuid: str, gpu: Fig, jobs: list[Fig]) -> Fig:
     seconds counted as the GPU's are (SM-active or busy)."""
 
     def less(v: float | None, parts: Iterable[float | None]) -> float | None:
-        return None if v is None else v - sum(p or 0.0 for p in parts)
+        if v is None:
+            return None
+        left = v - sum(p or 0.0 for p in parts)
+        return 0.0 if abs(left) <= 1e-9 * max(abs(v), 1.0) else left  # float residue is nothing left
+
+    def money(v: float, parts: Iterable[float]) -> float:
+        return less(v, parts) or 0.0
 
     time = less(gpu.available_s, (f.available_s for f in jobs)) or 0.0
     return Fig(
@@ -198,9 +204,9 @@ def rest(uuid: str, gpu: Fig, jobs: list[Fig]) -> Fig:
         alloc_s=None,
         idle_s=None,
         energy_j=less(gpu.energy_j, (f.energy_j for f in jobs)),
-        hardware=gpu.hardware - sum(f.hardware for f in jobs),
-        energy_cost=gpu.energy_cost - sum(f.energy_cost for f in jobs),
-        idle_cost=gpu.idle_cost - sum(f.idle_cost for f in jobs),
+        hardware=money(gpu.hardware, (f.hardware for f in jobs)),
+        energy_cost=money(gpu.energy_cost, (f.energy_cost for f in jobs)),
+        idle_cost=money(gpu.idle_cost, (f.idle_cost for f in jobs)),
         uuids=frozenset({uuid}) if time > 0 else frozenset(),
         stalled_s=less(gpu.stalled_s, (f.stalled_s for f in jobs)),
         co2e_kg=less(gpu.co2e_kg, (f.co2e_kg for f in jobs)),

@@ -120,7 +120,7 @@ class RentRow:
     energy_per_busy_hour: float
     cloud_per_gpu_hour: float | None
     breakeven_utilization: float | None  # owning beats renting above this
-    utilization: float | None  # this week's, by the useful measure
+    utilization: float | None  # this week's busy / available
     verdict: str
 
 
@@ -145,7 +145,7 @@ class IdleRow:
     job: str
     partition: str  # "" where the source does not know it
     gpus: int
-    idle_gpu_hours: float  # hours held and not useful (held - busy)
+    idle_gpu_hours: float  # hours charged and not useful (charged - useful)
     idle_cost: float  # the hardware or rental rate x those hours
 
 
