@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from exporter.benchmarks import report
+from exporter.benchmarks.metrics import FEATURE
 from exporter.benchmarks.plan import BENCHES, EVENT_PREFIX, Plan, default_plan
 from exporter.benchmarks.results import (
     PARSERS,
@@ -25,6 +27,8 @@ from exporter.benchmarks.results import (
     train_result,
 )
 from exporter.benchmarks.runner import BenchRunner, Rendezvous
+from exporter.benchmarks.state import BenchSnapshot
+from exporter.snapshot import EMPTY
 
 
 def test_bus_bandwidth_follows_nccl_tests() -> None:
@@ -198,3 +202,25 @@ def test_a_round_whose_result_does_not_fit_its_type_fails_naming_the_field() -> 
     out = Worker().run(default_plan(("allreduce",), "gloo", 1, quick=True), timeout=60)
     assert out.result.allreduce is None and out.status == {"allreduce": "failed"}
     assert "rows.0.busbw: Input should be a valid number" in out.result.errors["allreduce"]
+
+
+def test_without_a_one_gpu_step_no_speedup_is_exported_rather_than_nan() -> None:
+    """A round whose 1-GPU run is missing: the 2-GPU row has no speedup to give (NaN inside), and
+    the exposition leaves speedup and efficiency out instead of exporting NaN; its step time stays."""
+    r = train_result(
+        model="m",
+        params=1,
+        grad_bytes=1 << 20,
+        batch=4,
+        seq=1,
+        flops_per_sample=1.0,
+        peak=None,
+        measured=[TrainMeasurement(2, 0.2)],
+        sweep=None,
+    )
+    assert math.isnan(r.rows[0].speedup)
+    snap = dataclasses.replace(EMPTY, parts={BenchSnapshot: BenchSnapshot(train=r)})
+    values = {m.name: m.value(snap, None) for m in FEATURE.metrics}
+    assert values["gpuledger_bench_train_speedup_ratio"] == {}
+    assert values["gpuledger_bench_train_scaling_efficiency_ratio"] == {}
+    assert values["gpuledger_bench_train_step_seconds"] == {("m", "2"): 0.2}

@@ -3,6 +3,7 @@ from the ``BenchSnapshot`` part (torch-free; see docs/benchmarks.md)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from exporter.benchmarks.results import AllreduceResult, AllreduceRow, TrainRow
@@ -45,7 +46,8 @@ def _train(fn: Callable[[TrainRow], float | None]) -> Callable[[BenchSnapshot], 
         t = b.train
         if t is None:
             return None
-        return {(t.model, str(r.world_size)): float(v) for r in t.rows if (v := fn(r)) is not None}
+        # NaN (a speedup without a 1-GPU step to compare with) is no figure: left out, not exported
+        return {(t.model, str(r.world_size)): float(v) for r in t.rows if (v := fn(r)) is not None and math.isfinite(v)}
 
     return get
 
