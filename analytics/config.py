@@ -104,6 +104,12 @@ class PrometheusSettings(_Section):
             "password": unquote(password),
         }
 
+    @model_validator(mode="after")
+    def _tls(self) -> PrometheusSettings:
+        if self.ca_file is not None and not self.verify_tls:
+            raise ValueError("ca_file with verify_tls = false: a CA bundle is for checking the certificate; set one")
+        return self
+
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:

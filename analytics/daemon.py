@@ -5,8 +5,8 @@ files each day ([focus], analytics.focus_files).
 
 A source that fails is logged and counted (``gpuledger_analytics_runs_total{result="error"}``);
 the figures served stay those of the last good run, with their generation time, and /healthz
-turns 503 when the rolling figures are older than three refresh periods. A window the source
-answered for without GPU data (a fresh install: last week, or the first minute) is
+turns 503 when no refresh has been answered (with figures or no data) for three refresh periods.
+A window the source answered for without GPU data (a fresh install: last week, or the first minute) is
 ``result="no_data"``, not an error: nothing is written or served for it, and the refresh is tried
 again a minute later rather than at the next period, so the rolling figures appear with the
 history's first minute.

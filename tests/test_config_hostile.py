@@ -351,3 +351,11 @@ def test_analytics_values_that_become_label_values_are_printable_and_bounded(
     key): a control character or a 300-character key is refused, as the exporter's hostname is."""
     msg = one_config_error(tmp_path, "c.toml", content)
     assert named in msg and "\x1b" not in msg
+
+
+def test_a_ca_file_with_verification_off_is_refused(tmp_path: Path) -> None:
+    """A CA bundle turned verification back on behind verify_tls = false; the pair contradicts."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("")
+    msg = one_config_error(tmp_path, "c.toml", f'[prometheus]\nverify_tls = false\nca_file = "{ca}"\n')
+    assert "ca_file with verify_tls = false" in msg
