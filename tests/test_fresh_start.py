@@ -112,9 +112,9 @@ def test_a_fresh_install_is_charged_its_minutes_and_last_week_is_no_data(
     m = parse_metrics(a.site.render(None, False)[0].decode())
     assert one(m, "gpuledger_analytics_runs_total", task="weekly", result="no_data") == 1
     # every task's counters exist from the start: the errors at 0, not absent
-    runs = m["gpuledger_analytics_runs_total"]
-    assert {dict(k)["task"] for k in runs} == {"refresh", "weekly"}
-    assert all(n == 0 for k, n in runs.items() if ("result", "error") in k) and len(runs) == 6
+    exposed = m["gpuledger_analytics_runs_total"]
+    assert {dict(k)["task"] for k in exposed} == {"refresh", "weekly"}
+    assert all(n == 0 for k, n in exposed.items() if ("result", "error") in k) and len(exposed) == 6
     fleet = {"group": "fleet", "key": "fleet"}
     assert one(m, "gpuledger_report_cost", window="rolling_7d", kind="hardware", **fleet) == pytest.approx(
         r.fleet.hardware_cost
