@@ -20,7 +20,7 @@ from typing import Any
 
 from analytics import report as rpt
 from analytics.config import FullSettings, overrides_from
-from analytics.pipeline import describe, make_report, make_source, out_dir
+from analytics.pipeline import describe, fewer_collections, make_report, make_source, out_dir
 from analytics.report.useful import label as useful_label
 from analytics.sources import Source, SourceUnavailable
 from analytics.week_data import Window, iso_week, last_full_week
@@ -123,7 +123,8 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"gpuledger report: no data in {window.label} from {describe(source, s)}", file=sys.stderr)
         return 1
     try:
-        files = rpt.write(r, s.analytics.formats, folder)
+        with fewer_collections():  # tens of thousands of rows rendered
+            files = rpt.write(r, s.analytics.formats, folder)
         if getattr(args, "focus", False):
             files += _write_focus(source, window, s, folder)
     except SourceUnavailable as e:

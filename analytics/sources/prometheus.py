@@ -15,6 +15,7 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from analytics.config import PrometheusSettings
@@ -71,27 +72,17 @@ class PrometheusSource:
     def week(self, w: Window, *, jobs: bool = True) -> WeekData:
         problems: list[str] = []
         gpus, targets = self._gpus(w, problems)
-
-        def part(what: str, fn: Callable[[], T], empty: T) -> T:
-            try:
-                return fn()
-            except QueryError as e:
-                problems.append(f"{what}: {e}")
-                return empty
-
-        no_jobs: list[JobWeek] = []
-        no_queue: list[QueueWeek] = []
-        no_failures: list[FailureWeek] = []
-        per_job = part("per-job figures", lambda: self._jobs(w, gpus, targets), no_jobs) if jobs else no_jobs
-        if self.pod_labels and any(j.job.pod for j in per_job):
-            per_job = self._labelled(w, per_job, gpus, problems)
-        queue = part("queue", lambda: self._queue(w), no_queue)
-        if self.s.kube_state_metrics:
-            queue += part(
-                "Kubernetes queue wait", lambda: kubernetes.queue_wait(self.api, w, self.s.cluster_label), no_queue
-            )
-        failures = part("failed jobs", lambda: self._failures(w), no_failures)
-        bench = part("benchmarks", lambda: self._bench(w), None)
+        # the queue, failures, benchmarks and history start need nothing of the per-job figures:
+        # asked beside them, in one thread of their own (their problems listed after, in order)
+        with ThreadPoolExecutor(1, thread_name_prefix="gpuledger-promql-side") as pool:
+            side = pool.submit(self._side, w, bool(gpus))
+            per_job: list[JobWeek] = []
+            if jobs:
+                no_jobs: list[JobWeek] = []
+                per_job = _part("per-job figures", lambda: self._jobs(w, gpus, targets), no_jobs, problems)
+            if self.pod_labels and any(j.job.pod for j in per_job):
+                per_job = self._labelled(w, per_job, gpus, problems)
+            queue, failures, bench, started, side_problems = side.result()
         return WeekData(
             w,
             "prometheus",
@@ -104,9 +95,24 @@ class PrometheusSource:
                 "pending GPU-hours from the average of the pending-GPUs gauge",
                 "queue-wait quantiles estimated from histogram buckets",
             ),
-            problems=tuple(problems),
-            history_start=part("history start", lambda: history_start(self.api, w), None) if gpus else None,
+            problems=(*problems, *side_problems),
+            history_start=started,
         )
+
+    def _side(
+        self, w: Window, has_gpus: bool
+    ) -> tuple[list[QueueWeek], list[FailureWeek], BenchWeek | None, float | None, list[str]]:
+        problems: list[str] = []
+        no_queue: list[QueueWeek] = []
+        no_failures: list[FailureWeek] = []
+        queue = _part("queue", lambda: self._queue(w), no_queue, problems)
+        if self.s.kube_state_metrics:
+            label = self.s.cluster_label
+            queue += _part("Kubernetes queue wait", lambda: kubernetes.queue_wait(self.api, w, label), [], problems)
+        failures = _part("failed jobs", lambda: self._failures(w), no_failures, problems)
+        bench = _part("benchmarks", lambda: self._bench(w), None, problems)
+        started = _part("history start", lambda: history_start(self.api, w), None, problems) if has_gpus else None
+        return queue, failures, bench, started, problems
 
     # --- GPUs ---------------------------------------------------------------------------
 
@@ -179,12 +185,19 @@ class PrometheusSource:
             for day in days(w)
             for metric, into in metrics
         ]
-        for (into, _, _), answer in zip(asked, self.api.query_many([(q, t) for _, q, t in asked]), strict=True):
-            for s in answer:
-                key = (s.labels.get("uuid", ""), JobKey(*(s.labels.get(k, "") for k in JOB_LABELS)))
-                seen[key] = None
-                into[key] += s.value
-        slurm = slurm_attributes(self.api, w, self.s.cluster_label) if any(k.job_id for _, k in seen) else None
+        keys: dict[tuple[str, ...], tuple[str, JobKey]] = {}  # one key object per series, not one per answer
+        # the Slurm attributes' one query runs beside the counters' (its answer is needed only after)
+        with ThreadPoolExecutor(1, thread_name_prefix="gpuledger-promql-slurm") as pool:
+            attributes = pool.submit(slurm_attributes, self.api, w, self.s.cluster_label)
+            for (into, _, _), answer in zip(asked, self.api.query_many([(q, t) for _, q, t in asked]), strict=True):
+                for s in answer:
+                    get = s.labels.get
+                    labels = (get("uuid", ""), *(get(k, "") for k in JOB_LABELS))
+                    if (key := keys.get(labels)) is None:
+                        key = keys[labels] = (labels[0], JobKey(*labels[1:]))
+                    seen[key] = None
+                    into[key] += s.value
+            slurm = attributes.result() if any(k.job_id for _, k in seen) else None
         out = []
         for u, k in sorted(seen, key=lambda x: x[0]):
             account, partition, qos = (
@@ -310,6 +323,16 @@ class PrometheusSource:
         model = models[0].labels.get("model", "") if models else ""
         efficiency = runs("gpuledger_bench_train_scaling_efficiency_ratio")
         return BenchWeek.of_runs(busbw, speedup, efficiency, throughput, model)
+
+
+def _part(what: str, fn: Callable[[], T], empty: T, problems: list[str]) -> T:
+    """One part of a window: its value, or ``empty`` with the query's error added to ``problems``
+    (the report is then marked incomplete, the rest still read)."""
+    try:
+        return fn()
+    except QueryError as e:
+        problems.append(f"{what}: {e}")
+        return empty
 
 
 LOOKBACK = "7d"  # data this long before a window means the history began before it
