@@ -252,34 +252,13 @@ class Analytics:
             coalesce=True,
         )
         weekly_first = _now(tz) if catch_up and self._missing_last_week() else None
-        self.scheduler.add_job(
-            self.weekly,
-            cron_trigger(a.cron, timezone=tz),
-            id="weekly",
-            misfire_grace_time=6 * 3600,
-            max_instances=1,
-            coalesce=True,
-        )
+        self._on_cron("weekly", self.weekly, a.cron, tz)
         if weekly_first is not None:
             self.scheduler.add_job(self.weekly, id="weekly-catch-up", next_run_time=weekly_first)
         if self.s.statements.enabled:  # last month's statements, on the 1st
-            self.scheduler.add_job(
-                self.statements,
-                cron_trigger(self.s.statements.cron, timezone=tz),
-                id="statements",
-                misfire_grace_time=6 * 3600,
-                max_instances=1,
-                coalesce=True,
-            )
+            self._on_cron("statements", self.statements, self.s.statements.cron, tz)
         if self.s.focus.enabled:  # yesterday's FOCUS files, daily; now, when they are missing
-            self.scheduler.add_job(
-                self.focus,
-                cron_trigger(self.s.focus.cron, timezone=tz),
-                id="focus",
-                misfire_grace_time=6 * 3600,
-                max_instances=1,
-                coalesce=True,
-            )
+            self._on_cron("focus", self.focus, self.s.focus.cron, tz)
             if catch_up and daily_missing(self.s, self.clock()):
                 self.scheduler.add_job(self.focus, id="focus-catch-up", next_run_time=_now(tz))
         self.scheduler.start()
@@ -292,6 +271,18 @@ class Analytics:
             self.reports_dir,
             a.cron,
             self.tz,
+        )
+
+    def _on_cron(self, name: str, task: Callable[[], object], cron: str, tz: zoneinfo.ZoneInfo) -> None:
+        """A task on its crontab: one run at a time, a missed run made up within 6 h (a daemon down
+        at the time), several missed ones run once."""
+        self.scheduler.add_job(
+            task,
+            cron_trigger(cron, timezone=tz),
+            id=name,
+            misfire_grace_time=6 * 3600,
+            max_instances=1,
+            coalesce=True,
         )
 
     def stop(self) -> None:
