@@ -209,8 +209,8 @@ def build(
         source=data.source,
         approximations=[
             *data.approximations,
-            *_carbon_approximations(mean_intensity),
-            *_tariff_approximations(mean_tariff),
+            *_mean_applied(mean_intensity, "emissions", "hourly carbon intensity"),
+            *_mean_applied(mean_tariff, "energy cost", "tariff"),
             *_orphan_note(orphans, on_gpu),
         ],
         example_prices=cost.example_prices,
@@ -293,23 +293,14 @@ def _orphan_note(uuids: list[str], on_gpu: dict[str, list[JobWeek]]) -> list[str
     return [f"{n} job rows on {len(uuids)} GPUs without GPU figures in this window are left out (e.g. {uuids[0]})"]
 
 
-def _tariff_approximations(uuids: list[str]) -> list[str]:
-    """The approximation note where a tariff met a GPU without hourly energy."""
+def _mean_applied(uuids: list[str], what: str, hourly: str) -> list[str]:
+    """The approximation note where an hourly table (a tariff, carbon windows) met GPUs without
+    hourly energy: ``what`` of them was taken at the table's mean over the charged hours."""
     if not uuids:
         return []
     return [
-        f"energy of {len(uuids)} GPUs priced at the tariff's mean over the charged hours: the source has "
-        "no hourly energy for them, so the tariff could not be applied hour by hour"
-    ]
-
-
-def _carbon_approximations(uuids: list[str]) -> list[str]:
-    """The approximation note where an hourly intensity met a GPU without hourly energy."""
-    if not uuids:
-        return []
-    return [
-        f"emissions of {len(uuids)} GPUs at the window's mean grid intensity: the source has no hourly "
-        "energy for them, so the hourly carbon windows could not be applied hour by hour"
+        f"{what} of {len(uuids)} GPUs at the {hourly}'s mean over the charged hours: the source has no hourly "
+        f"energy for them, so the {hourly} could not be applied hour by hour"
     ]
 
 
