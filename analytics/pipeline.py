@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -32,18 +33,30 @@ def make_source(s: FullSettings) -> Source:
     return PrometheusSource(s.prometheus, hourly_energy=s.cost.hourly_energy, pod_labels=s.analytics.pod_labels)
 
 
+_gc_lock = threading.Lock()
+_reports_in_flight = 0
+_threshold_before = gc.get_threshold()
+
+
 @contextmanager
 def fewer_collections() -> Iterator[None]:
     """Young-generation collections 140 times rarer while a report is read and built: it makes
     millions of objects (series, rows) that live until it is done, and with the default threshold
     (700) the collector scanned them again and again, 2 s of 7 s of CPU at 1,024 GPUs
     (docs/performance.md). Reference counting still frees everything not in a cycle at once."""
-    before = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 100)
+    global _reports_in_flight, _threshold_before
+    with _gc_lock:  # reports in several threads (the daemon's refresh and weekly): the last one out restores
+        if _reports_in_flight == 0:
+            _threshold_before = gc.get_threshold()
+            gc.set_threshold(100_000, 50, 100)
+        _reports_in_flight += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _gc_lock:
+            _reports_in_flight -= 1
+            if _reports_in_flight == 0:
+                gc.set_threshold(*_threshold_before)
 
 
 def make_report(
