@@ -151,7 +151,8 @@ def test_a_tariff_without_hourly_energy_prices_at_its_mean_and_says_so() -> None
     r = build(WeekData(WEEK, "t", (_gpu(energy_kwh=168), _gpu("GPU-b", energy_kwh=100))), cost, now=WEEK.end)
     mean = (5 * 12 * 0.40 + (168 - 60) * 0.10) / 168
     assert r.fleet.energy_cost == pytest.approx(268 * mean)
-    assert any("energy cost of 2 GPUs at the tariff's mean over the charged hours" in a for a in r.approximations), r.approximations
+    note = "energy cost of 2 GPUs at the tariff's mean over the charged hours"
+    assert any(note in a for a in r.approximations), r.approximations
     hourly = build(WeekData(WEEK, "t", (_gpu(energy_kwh=168, by_hour=tuple([3.6e6] * 168)),)), cost, now=WEEK.end)
     assert not any("tariff" in a for a in hourly.approximations)  # hour by hour: exact, no note
     flat = build(WeekData(WEEK, "t", (_gpu(energy_kwh=168),)), CostModel(energy_price_per_kwh=0.1, pue=1.0))
