@@ -17,6 +17,7 @@ from exporter.benchmarks.results import (
     PARSERS,
     AllreduceResult,
     TrainMeasurement,
+    TrainResult,
     allreduce_from,
     allreduce_row,
     bus_factor,
@@ -90,19 +91,26 @@ def test_train_result_derives_speedup_efficiency_share_and_mfu() -> None:
     assert one.mfu == pytest.approx(16 / 0.1 * 3e12 / 989e12)
 
 
-def test_train_predictions_use_the_sweep_when_there_is_one() -> None:
-    s = sweep({1 << 28: 40e9, 1 << 30: 80e9}, world=2)
-    r = train_result(
+def tiny_train(
+    measured: list[TrainMeasurement], *, grad_bytes: int, batch: int = 1, sweep: AllreduceResult | None = None
+) -> TrainResult:
+    """A train result of a one-parameter model, one FLOP a sample, no peak: only the step times matter."""
+    return train_result(
         model="m",
         params=1,
-        grad_bytes=1 << 30,
-        batch=1,
+        grad_bytes=grad_bytes,
+        batch=batch,
         seq=1,
         flops_per_sample=1.0,
         peak=None,
-        measured=[TrainMeasurement(1, 0.1), TrainMeasurement(2, 0.12, 0.1, 0.05)],
-        sweep=s,
+        measured=measured,
+        sweep=sweep,
     )
+
+
+def test_train_predictions_use_the_sweep_when_there_is_one() -> None:
+    s = sweep({1 << 28: 40e9, 1 << 30: 80e9}, world=2)
+    r = tiny_train([TrainMeasurement(1, 0.1), TrainMeasurement(2, 0.12, 0.1, 0.05)], grad_bytes=1 << 30, sweep=s)
     assert r.busbw_source == "all-reduce sweep"
     t_ar = (1 << 30) * 1.0 / 80e9
     assert r.rows[1].predicted_speedup_no_overlap == pytest.approx(2 * 0.1 / (0.1 + t_ar))
@@ -169,17 +177,7 @@ def test_a_result_with_a_string_for_a_number_is_refused_naming_the_field() -> No
     data["rows"][0]["wrong"] = 0.5  # a count
     with pytest.raises(ValueError, match=r"rows\.0\.wrong"):
         PARSERS["allreduce"](json.dumps(data))
-    train = train_result(
-        model="m",
-        params=1,
-        grad_bytes=1,
-        batch=1,
-        seq=1,
-        flops_per_sample=1.0,
-        peak=None,
-        measured=[TrainMeasurement(2, 0.1)],
-        sweep=None,
-    )
+    train = tiny_train([TrainMeasurement(2, 0.1)], grad_bytes=1)
     assert math.isnan(train.rows[0].speedup)  # no one-GPU baseline: NaN, and it survives JSON
     text = json.dumps(plain(train))
     assert math.isnan(train_from(text).rows[0].speedup)
@@ -207,17 +205,7 @@ def test_a_round_whose_result_does_not_fit_its_type_fails_naming_the_field() -> 
 def test_without_a_one_gpu_step_no_speedup_is_exported_rather_than_nan() -> None:
     """A round whose 1-GPU run is missing: the 2-GPU row has no speedup to give (NaN inside), and
     the exposition leaves speedup and efficiency out instead of exporting NaN; its step time stays."""
-    r = train_result(
-        model="m",
-        params=1,
-        grad_bytes=1 << 20,
-        batch=4,
-        seq=1,
-        flops_per_sample=1.0,
-        peak=None,
-        measured=[TrainMeasurement(2, 0.2)],
-        sweep=None,
-    )
+    r = tiny_train([TrainMeasurement(2, 0.2)], grad_bytes=1 << 20, batch=4)
     assert math.isnan(r.rows[0].speedup)
     snap = dataclasses.replace(EMPTY, parts={BenchSnapshot: BenchSnapshot(train=r)})
     values = {m.name: m.value(snap, None) for m in FEATURE.metrics}

@@ -254,12 +254,15 @@ def build(
     )
 
 
+CLUSTER_SEP = ":"  # cluster:job; no Slurm job id, pod or namespace name holds one
+
+
 def job_key(j: JobWeek) -> str:
     """A job row's key: the Slurm job id, else ``namespace/pod``, else the user's unattributed
     time; ``cluster:`` before it where the window spans several clusters (``site-a:1001``)."""
     k = j.job
     key = k.job_id or (f"{k.namespace}/{k.pod}" if k.pod else f"{k.user or '?'} (no job)")
-    return f"{j.cluster}:{key}" if j.cluster else key
+    return f"{j.cluster}{CLUSTER_SEP}{key}" if j.cluster else key
 
 
 def _add_job(

@@ -7,6 +7,7 @@ import math
 import sqlite3
 from dataclasses import dataclass
 
+from analytics.report.build import CLUSTER_SEP
 from analytics.sources import Source, SourceUnavailable
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.promapi import label_value
@@ -42,8 +43,8 @@ def _parts(job: str) -> tuple[str, str]:
 
 def split_cluster(job: str) -> tuple[str, str]:
     """``cluster:job`` -> (cluster, job), as a report over several clusters keys its job rows;
-    anything else -> ("", job). No Slurm job id, pod or namespace name holds a colon."""
-    cluster, sep, rest = job.partition(":")
+    anything else -> ("", job)."""
+    cluster, sep, rest = job.partition(CLUSTER_SEP)
     return (cluster, rest) if sep and cluster and rest and "/" not in cluster else ("", job)
 
 
