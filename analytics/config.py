@@ -64,10 +64,17 @@ class PrometheusSettings(_Section):
         description="dcgm naming: dcgm-exporter's scrape interval (s); each scrape counts this long as sampled",
     )
     dcgm_host_labels: list[str] = Field(
-        ["kubernetes_node", "node", "Hostname", "instance"],
+        ["node", "kubernetes_node", "hostname", "Hostname", "instance"],
         min_length=1,
         description="dcgm naming: the host of a GPU is the first of these labels present on its most recent series "
-        "(Hostname is the exporter pod's name under Kubernetes, so a node label comes first)",
+        "(hostname, spelled Hostname before May 2026 (dcgm-exporter #655), is the node where its Helm chart or the "
+        "GPU Operator set NODE_NAME, else the exporter pod's name, which is passed over for a later label)",
+    )
+    dcgm_exporter_containers: list[str] = Field(
+        ["nvidia-dcgm-exporter", "exporter", "dcgm-exporter"],
+        description="dcgm naming: container names of dcgm-exporter itself (GPU Operator, Helm chart, others): where "
+        "no up series names its scrape target's pod, a series carrying one of these is the exporter's own, not a "
+        "workload's",
     )
     kube_state_metrics: bool = Field(True, description="read Kubernetes queue wait from kube-state-metrics")
     cluster_label: str = Field(

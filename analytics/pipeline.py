@@ -19,6 +19,7 @@ from analytics.sources.promapi import DeadlinePassed, PromAPI
 from analytics.sources.prometheus import PrometheusSource
 from analytics.week_data import Window
 from exporter.config import default_history_path
+from exporter.sampling.stalls import rule_of
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ def make_source(s: FullSettings) -> Source:
         path = a.history or s.history.path or default_history_path()
         return EmbeddedSource(path)
     if s.prometheus.naming == "dcgm":
-        return DcgmSource(s.prometheus, pod_labels=s.analytics.pod_labels)
+        return DcgmSource(s.prometheus, pod_labels=s.analytics.pod_labels, stall=rule_of(s.exporter))
     return PrometheusSource(s.prometheus, hourly_energy=s.cost.hourly_energy, pod_labels=s.analytics.pod_labels)
 
 

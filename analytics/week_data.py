@@ -85,6 +85,9 @@ class GpuWeek:
     daily: tuple[GpuDay, ...] = ()  # per local day of the window
     stalled_s: float | None = None  # busy seconds that were stalled (not useful); None: not measured
     cluster: str = ""  # the cluster the GPU reports from (prometheus.cluster_label); "" where not known
+    # what its busy time counts: "" utilisation (NVML utilization.gpu, DCGM_FI_DEV_GPU_UTIL);
+    # "gr_engine_active" (a MIG GPU's instances' DCGM_FI_PROF_GR_ENGINE_ACTIVE); "mixed" (both in the window)
+    busy_measure: str = ""
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,9 @@ from exporter.history import HistoryError, HistoryWriter
 from exporter.readers import Reader, ReaderError, ReaderUnavailable
 from exporter.readers.nvml import NvmlReader
 from exporter.readers.replay import ReplayReader
-from exporter.sampling import slowlane
+from exporter.sampling import slowlane, stalls
 from exporter.sampling.job_metrics import KubeletStatus
 from exporter.sampling.sampler import Sampler, SamplerOptions
-from exporter.sampling.stalls import StallRule
 from exporter.scrape import process_metrics
 from exporter.scrape.cache import RenderCache
 from exporter.scrape.site import ExporterSite
@@ -114,13 +113,7 @@ class Exporter:
                 nvml_retry_max=s.exporter.nvml_retry_max,
                 gate_below=s.bench.idle_below,
                 job_grace=s.attribution.job_grace,
-                stall=StallRule(
-                    util_above=s.exporter.stalled_util_above,
-                    sm_below=s.exporter.stalled_sm_below,
-                    tensor_below=s.exporter.stalled_tensor_below,
-                    dram_below=s.exporter.stalled_dram_below,
-                    min_seconds=s.exporter.stalled_min_seconds,
-                ),
+                stall=stalls.rule_of(s.exporter),
             ),
             minute_sink=keep,
             parts=self._parts,

@@ -290,6 +290,12 @@ class SlurmSettings(_Section):
         description="jobcomp/filetxt file (default with accounting = auto: JobCompLoc of scontrol show config; "
         "accounting = jobcomp needs it set)",
     )
+    finished_info_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="seconds gpuledger_slurm_job_info keeps a job after its finished record was read (or squeue last "
+        "listed it started), so that Prometheus scrapes it after the end",
+    )
 
 
 class Settings(LayeredSettings):

@@ -105,6 +105,7 @@ def queue_snapshot() -> QueueSnapshot:
         finished={("gpu", "COMPLETED"): 7, ("gpu", "FAILED"): 1, ("cpu", "CANCELLED"): 2},
         gpu_seconds={("gpu", "COMPLETED"): 7200.0, ("gpu", "FAILED"): 900.0},
         requeued={"gpu": 1, "cpu": 0},
+        job_info={"4242": ("alice", "pi-lovelace", "gpu", "normal"), "4300": ("bob", 'p"i\\ü', "gpu", "")},
     )
 
 

@@ -95,8 +95,8 @@ def dcgm_ksm(fleets: dict[str, DcgmFleet]) -> tuple[list[tuple[list[KsmPod], boo
         spans: dict[tuple[str, str], list[float]] = defaultdict(list)
         for ss in f.scrapes.values():
             for s in ss:
-                if s.pod is not None:
-                    spans[s.pod.namespace, s.pod.pod].append(s.t)
+                for pod in s.jobs:
+                    spans[pod.namespace, pod.pod].append(s.t)
         pods = plan(i, [(ns, pod, min(ts), max(ts)) for (ns, pod), ts in spans.items()])
         want |= expected(pods)
         out.append((pods, i == 0))
@@ -175,7 +175,7 @@ def test_dcgm_clusters_and_pod_labels(
         got_j, true_j = sum(g.energy_j or 0.0 for g in mine), sum(t.energy_j for t in truth.gpu.values())
         assert got_j == pytest.approx(true_j, rel=0.01)
         rows = [j for j in data.jobs if cluster_of[j.uuid] == c]
-        assert sum(j.sampled_s for j in rows) == pytest.approx(sum(t.sampled_s for t in truth.pods.values()), rel=1e-9)
+        assert sum(j.sampled_s for j in rows) == pytest.approx(sum(t.held_s for t in truth.holders.values()), rel=1e-9)
     seen = {"absent": 0, "hostile": 0, "no project": 0}
     for j in data.jobs:
         want = dcgm_expected.get((cluster_of[j.uuid], j.job.namespace, j.job.pod), ())

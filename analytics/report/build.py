@@ -148,6 +148,7 @@ def build(
             stalled_s=g.stalled_s,
             co2e_kg=co2e.co2e_kg,
             use_sm=g.uuid in by_sm,
+            busy_measure=g.busy_measure,
         )
         gpu_figs[g.uuid] = fig
         fleet.add(fig)

@@ -43,6 +43,7 @@ class Fig:
     stalled_cost: float = 0.0  # the rate x the stalled hours (part of idle_cost: stalled is not useful)
     co2e_kg: float | None = None  # energy x PUE x grid intensity; None: no intensity or no energy
     use_sm: bool = False  # its useful seconds are SM-active ones (else busy less stalled)
+    busy_measure: str = ""  # what its busy time counts (GpuWeek.busy_measure): "" utilisation
 
 
 class Acc:
@@ -61,6 +62,7 @@ class Acc:
         self.uuids: set[str] = set()
         self.measured = [0.0, 0.0]  # sampled seconds whose useful seconds are SM-active, busy
         self.parts = [0, 0]  # figures counted each way (for a row without sampled time)
+        self.busy_measures: set[str] = set()
 
     def add(self, f: Fig) -> None:
         self.gpus += f.gpus
@@ -81,6 +83,7 @@ class Acc:
         self.stalled_cost += f.stalled_cost
         self.measured[0 if f.use_sm else 1] += f.sampled_s
         self.parts[0 if f.use_sm else 1] += 1
+        self.busy_measures.add(f.busy_measure)
 
     def row(self, group: str, key: str, min_useful_h: float = 0.0) -> CostRow:
         h = 3600.0
@@ -114,7 +117,18 @@ class Acc:
             co2e_kg=sum_known(self.co2e),
             useful_measure=useful_measure,
             useful_sm_share=sm_share,
+            busy_measure=busy_measure(self.busy_measures),
         )
+
+
+UTILISATION, MIXED_BUSY = "utilization", "mixed"
+
+
+def busy_measure(measures: set[str]) -> str:
+    """A row's busy measure from its parts': ``utilization`` (NVML's or DCGM's utilisation, "" in a
+    part), ``gr_engine_active`` (MIG GPUs' instances), or ``mixed``."""
+    named = {m or UTILISATION for m in measures} or {UTILISATION}
+    return named.pop() if len(named) == 1 else MIXED_BUSY
 
 
 def scale_to(total: float, cap: float | None) -> float:
@@ -175,6 +189,7 @@ def charge(
             stalled_cost=rate * (st or 0.0) / 3600,
             co2e_kg=None if co2e_per_joule is None else e * co2e_per_joule,
             use_sm=us,
+            busy_measure=gpu.busy_measure if gpu else "",
         )
         for j, t, b, u, s, e, i, st, us in zip(jobs, time, busy, useful, sm, energy, idle, stalled, use_sm, strict=True)
     ]
@@ -211,4 +226,5 @@ def rest(uuid: str, gpu: Fig, jobs: list[Fig]) -> Fig:
         stalled_s=less(gpu.stalled_s, (f.stalled_s for f in jobs)),
         co2e_kg=less(gpu.co2e_kg, (f.co2e_kg for f in jobs)),
         use_sm=gpu.use_sm,
+        busy_measure=gpu.busy_measure,
     )

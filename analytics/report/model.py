@@ -50,6 +50,9 @@ class CostRow:
     # GPUs, or jobs, without SM activity); "" in reports from before it
     useful_measure: str = ""
     useful_sm_share: float | None = None  # share of its sampled GPU-hours counted by SM activity (the rest: busy)
+    # what its busy hours count: utilization (NVML's utilization.gpu, DCGM_FI_DEV_GPU_UTIL), gr_engine_active
+    # (MIG GPUs: their instances' DCGM_FI_PROF_GR_ENGINE_ACTIVE, by slices), mixed; "" in reports from before it
+    busy_measure: str = ""
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,14 @@ PRICES: Columns[PriceRow] = [
 ]
 
 
+BUSY_FROM = {"utilization": "utilisation", "gr_engine_active": "GR engine (MIG)", "mixed": "mixed"}
+
+
+def _busy_from(row: CostRow) -> str:
+    """What a GPU row's busy hours count: utilisation, or (a MIG GPU) its instances' GR engine activity."""
+    return BUSY_FROM.get(row.busy_measure, row.busy_measure) or DASH
+
+
 def _key(row: CostRow) -> str:
     return "(unallocated)" if row.group == UNALLOCATED else row.key
 
@@ -304,7 +312,7 @@ def tables(r: Report) -> list[Table]:
             c,
             "No stalled time measured." if r.fleet.stalled_gpu_hours is None else "No job stalled.",
         ),
-        _table("gpus", "GPUs", [("GPU", lambda x: x.key), *COST], r.group("gpu"), c),
+        _table("gpus", "GPUs", [("GPU", lambda x: x.key), *COST, ("Busy from", _busy_from)], r.group("gpu"), c),
         _table("queue", "Queue", QUEUE, r.queue, c),
         _table("failures", "Failures", FAILURES, r.failures, c),
         _table("benchmarks", "Benchmarks", BENCH, r.benchmarks, c, "No benchmark results this week."),

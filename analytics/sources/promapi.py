@@ -9,11 +9,11 @@ import math
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -23,6 +23,7 @@ from analytics.sources.base import SourceUnavailable
 from daemonkit.settings import ConfigError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RETRYABLE = {429, 500, 502, 503, 504}
 MAX_GET = 4000  # characters of query parameters sent in a URL; longer ones are POSTed
@@ -121,12 +122,19 @@ class PromAPI:
         """Instant queries, ``concurrency`` in flight (Prometheus evaluates each on one core);
         results in order. The first failure is raised once those in flight have finished; the
         queries not yet sent are not sent."""
-        if self.s.concurrency <= 1 or len(queries) <= 1:
-            return [self.query(expr, at) for expr, at in queries]
-        with ThreadPoolExecutor(max_workers=self.s.concurrency, thread_name_prefix="gpuledger-promql") as pool:
-            futures = [pool.submit(self.query, expr, at) for expr, at in queries]
+        return self._many(self.query, queries)
 
-            def stop_on_failure(done: Future[list[Series]]) -> None:
+    def query_range_many(self, queries: Sequence[tuple[str, float, float, float]]) -> list[list[RangeSeries]]:
+        """Range queries (expr, start, end, step), as ``query_many``."""
+        return self._many(self.query_range, queries)
+
+    def _many(self, ask: Callable[..., T], queries: Sequence[tuple[Any, ...]]) -> list[T]:
+        if self.s.concurrency <= 1 or len(queries) <= 1:
+            return [ask(*q) for q in queries]
+        with ThreadPoolExecutor(max_workers=self.s.concurrency, thread_name_prefix="gpuledger-promql") as pool:
+            futures = [pool.submit(ask, *q) for q in queries]
+
+            def stop_on_failure(done: Future[T]) -> None:
                 if not done.cancelled() and done.exception() is not None:
                     pool.shutdown(wait=False, cancel_futures=True)  # the queries queued behind it
 

@@ -57,3 +57,36 @@ def _prefer(found: dict[tuple[str, str, str], Slurm], key: tuple[str, str, str],
     before = found.get(key)
     if before is None or (sum(map(bool, named)), before) > (sum(map(bool, before)), named):
         found[key] = named
+
+
+SCHEDULER_INFO = "gpuledger_slurm_job_info"  # the Slurm watcher's record of each job, as slurmctld knows it
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerJob:
+    user: str
+    account: str
+    partition: str
+    qos: str
+
+
+def scheduler_jobs(api: PromAPI, w: Window, cluster_label: str = "") -> dict[tuple[str, str], SchedulerJob]:
+    """(cluster, job id) -> the scheduler's record of the job (``gpuledger_slurm_job_info``, exported
+    by gpuledger's Slurm watcher), for job rows that carry only a job id (dcgm-exporter's
+    ``hpc_job``). One query. Where one job id has several records (a requeue under another
+    account), the one naming most wins, then the first in label order."""
+    by = ", ".join([*(x for x in (cluster_label,) if x), *SLURM_LABELS])
+    expr = f"max by ({by}) (last_over_time({SCHEDULER_INFO}[{rng(w.seconds)}]))"
+    found: dict[tuple[str, str], SchedulerJob] = {}
+    for s in sorted(api.query(expr, w.end), key=lambda s: sorted(s.labels.items())):
+        get = s.labels.get
+        if not (job := get("job_id", "")):
+            continue
+        key = (get(cluster_label, "") if cluster_label else "", job)
+        rec = SchedulerJob(get("user", ""), get("account", ""), get("partition", ""), get("qos", ""))
+        before = found.get(key)
+        if before is None or sum(map(bool, (rec.user, rec.account, rec.partition, rec.qos))) > sum(
+            map(bool, (before.user, before.account, before.partition, before.qos))
+        ):
+            found[key] = rec
+    return found

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from analytics.report.build import CLUSTER_SEP
 from analytics.sources import Source, SourceUnavailable
+from analytics.sources.dcgm import DcgmSource
+from analytics.sources.dcgm.labels import HPC_JOB, POD_SETS, POWER
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.promapi import label_value
 from analytics.sources.prometheus import PrometheusSource
@@ -32,7 +34,7 @@ class Span:
 
 
 class NotSupported(ValueError):
-    """This source cannot find a job (dcgm-exporter's series)."""
+    """This source cannot find a job."""
 
 
 def _parts(job: str) -> tuple[str, str]:
@@ -55,6 +57,8 @@ def job_span(source: Source, job: str, now: float) -> Span | None:
         return _embedded(source, job)
     if isinstance(source, PrometheusSource):
         return _prometheus(source, job, now)
+    if isinstance(source, DcgmSource):
+        return _dcgm(source, job, now)
     raise NotSupported(f"the {source.name} source cannot look a job up: use gpuledger's own series or the history")
 
 
@@ -97,6 +101,31 @@ def _prometheus(source: PrometheusSource, job: str, now: float) -> Span | None:
     if not last:  # it never grew: its first minute
         return Span(start, start + 60.0)
     return Span(start, max(start + 60.0, math.ceil(last[0].value / 60) * 60.0))  # the end of its minute
+
+
+def _dcgm(source: DcgmSource, job: str, now: float) -> Span | None:
+    """From the first to the end of the last scrape that lists the job: a Slurm job id
+    (``hpc_job``) or a pod (under any of dcgm-exporter's and Prometheus' spellings)."""
+    cluster, job = split_cluster(job)
+    label = source.s.cluster_label
+    if cluster and not label:
+        return None
+    ns, pod = _parts(job)
+    extra = f', {label}="{label_value(cluster)}"' if cluster else ""
+    if ns:
+        sels = [f'{p}="{label_value(pod)}", {n}="{label_value(ns)}"' for p, n, _ in POD_SETS]
+    else:
+        sels = [f'{HPC_JOB}="{label_value(job)}"', *(f'{p}="{label_value(job)}"' for p, _, _ in POD_SETS)]
+    stamps = " or ".join(f"timestamp({POWER}{{{s}{extra}}})" for s in sels)
+    rng = f"[{LOOKBACK_DAYS}d:1m]"
+    with source.api.report():
+        got = source.api.query_many(
+            [(f"min(min_over_time(({stamps}){rng}))", now), (f"max(max_over_time(({stamps}){rng}))", now)]
+        )
+    if not got[0] or not got[1]:
+        return None
+    start = got[0][0].value // 60 * 60
+    return Span(start, max(start + 60.0, math.ceil(got[1][0].value / 60) * 60.0))
 
 
 def _first(sel: str) -> str:

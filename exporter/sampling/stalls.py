@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from exporter.readers import GpmActivity
 
@@ -40,6 +41,23 @@ class StallRule:
             and gpm.tensor < self.tensor_below
             and gpm.dram < self.dram_below
         )
+
+
+class StallSettings(Protocol):
+    """The settings that say the rule (``[exporter] stalled_*``)."""
+
+    stalled_util_above: float
+    stalled_sm_below: float
+    stalled_tensor_below: float
+    stalled_dram_below: float
+    stalled_min_seconds: float
+
+
+def rule_of(s: StallSettings) -> StallRule:
+    """The rule as the settings say it: one rule for the exporter's counters and for every source."""
+    return StallRule(
+        s.stalled_util_above, s.stalled_sm_below, s.stalled_tensor_below, s.stalled_dram_below, s.stalled_min_seconds
+    )
 
 
 @dataclass(slots=True)

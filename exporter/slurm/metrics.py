@@ -34,6 +34,10 @@ def _hist(fn: Callable[[QueueSnapshot], Mapping[str, Histogram]]) -> Callable[[Q
     return lambda q: {(k,): v for k, v in fn(q).items()}
 
 
+def _job_info(q: QueueSnapshot) -> Value:
+    return {(job_id, *labels): 1.0 for job_id, labels in q.job_info.items()}
+
+
 _ENDED = "sacct / jobcomp"
 _STARTS = "squeue, sacct / jobcomp"
 
@@ -49,6 +53,10 @@ FEATURE: Feature[QueueSnapshot] = Feature("slurm", QueueSnapshot, (
          "squeue", _by_key(lambda q: q.pending_gpus), ("partition",)),
     _row("gpuledger_queue_running_jobs", "gauge", "", "Jobs running per partition.",
          "squeue", _by_key(lambda q: q.running_jobs), ("partition",)),
+    _row("gpuledger_slurm_job_info", "info", "",
+         "A Slurm job running, or ended within slurm.finished_info_seconds, with its user, account, partition and "
+         "QOS as the scheduler records them (empty = not known to it); join on job_id.",
+         "squeue; sacct / jobcomp", _job_info, ("job_id", "user", "account", "partition", "qos")),
     _row("gpuledger_queue_oldest_pending_seconds", "gauge", "seconds",
          "Age (now - submit) of the oldest pending job per partition; 0 when none.",
          "squeue", _by_key(lambda q: q.oldest_pending), ("partition",)),

@@ -1,7 +1,9 @@
 """Parse what Slurm's commands and files say about jobs.
 
 - ``squeue --json`` (22.05+; times plain integers, or ``{"set", "number"}`` objects from 23.02)
-- ``squeue -h -t all -o FORMAT`` for older Slurm (``TEXT_FORMAT``, fields split on ``|``)
+- ``squeue -h -t all -o FORMAT`` for older Slurm (``TEXT_FORMAT``, fields split on ``|``), checked
+  against a listing of the job ids alone (``IDS_FORMAT``): a newline in a job name or account
+  splits a record there, and what it splits off must not pass for another job
 - the ``jobcomp/filetxt`` file: one ``Key=Value ...`` line per finished job; values such as the
   job name may hold spaces, so a field runs until the next known key
 - ``sacct -P`` with a separator no job name contains (``SACCT_FIELDS``)
@@ -34,6 +36,8 @@ class QueueJob:
     start: float | None  # None until the job starts
     gpus: int
     restarts: int
+    account: str = ""  # "" where Slurm has none (no --account and no default)
+    qos: str = ""  # "" where Slurm has none (22.05 without slurmdbd ignores --qos)
 
 
 def local_time(text: str) -> float | None:
@@ -99,38 +103,93 @@ def squeue_json(text: str) -> list[QueueJob]:
                     nodes,
                 ),
                 restarts=int(_num(j.get("restart_cnt")) or 0),
+                account=str(j.get("account") or ""),
+                qos=str(j.get("qos") or ""),
             )
         )
     return out
 
 
-TEXT_FORMAT = "%i|%P|%T|%r|%V|%S|%u|%b|%D|%j"
-"""id, partition, state, reason, submit, start, user, gres per node, nodes, name (last: may hold |)."""
+TEXT_FORMAT = "%A|%P|%T|%r|%V|%S|%u|%b|%D|%a|%q|%j|%A"
+"""job id, partition, state, reason, submit, start, user, gres per node, nodes, account, QOS, name
+(may hold |), and the job id again: a line is a whole record only when it ends with its own id.
+``%A`` is a job's own id (an array task's too, as ``--json`` and the finished records give it;
+``%i`` would say ``1_0``)."""
+
+IDS_FORMAT = "%A"
+"""The same listing, job ids alone: an id holds no newline, so this one line per job is sure."""
+
+_LEGACY_FIELDS = 10  # %i|%P|%T|%r|%V|%S|%u|%b|%D|%j, the format before account and QOS
+_WHOLE_FIELDS = TEXT_FORMAT.count("|") + 1
+_NULL = "(null)"  # what squeue prints for an account or QOS it has none of
+
+
+def _text_job(parts: list[str], name: str, account: str = "", qos: str = "") -> QueueJob:
+    job_id, partition, state, reason, submit, start, user, gres, nodes = parts[:9]
+    return QueueJob(
+        job_id=job_id.strip(),
+        name=name,
+        user=user,
+        partition=partition,
+        state=state,
+        reason=reason,
+        submit=local_time(submit),
+        eligible=None,
+        start=local_time(start),
+        gpus=gpus_requested(per_node=gres, nodes=int(nodes) if nodes.strip().isdigit() else 1),
+        restarts=0,
+        account="" if account == _NULL else account,
+        qos="" if qos == _NULL else qos,
+    )
+
+
+def _whole(line: str) -> QueueJob | None:
+    """A line of ``TEXT_FORMAT`` that starts and ends with the same job id, else None."""
+    parts = line.split("|")
+    if len(parts) < _WHOLE_FIELDS or parts[0] != parts[-1] or not parts[0]:
+        return None
+    return _text_job(parts, "|".join(parts[11:-1]), parts[9], parts[10])
 
 
 def squeue_text(text: str) -> list[QueueJob]:
+    """Lines of ``TEXT_FORMAT``, or of the older 10-field format (name last), unchecked: for output
+    known to be whole. The watcher reads squeue through ``squeue_checked``."""
     out = []
     for line in text.splitlines():
-        parts = line.split("|", 9)
-        if len(parts) < 10:
-            continue
-        job_id, partition, state, reason, submit, start, user, gres, nodes, name = parts
-        out.append(
-            QueueJob(
-                job_id=job_id.strip(),
-                name=name,
-                user=user,
-                partition=partition,
-                state=state,
-                reason=reason,
-                submit=local_time(submit),
-                eligible=None,
-                start=local_time(start),
-                gpus=gpus_requested(per_node=gres, nodes=int(nodes) if nodes.strip().isdigit() else 1),
-                restarts=0,
-            )
-        )
+        job = _whole(line)
+        if job is None:
+            parts = line.split("|", _LEGACY_FIELDS - 1)
+            if len(parts) < _LEGACY_FIELDS:
+                continue
+            job = _text_job(parts, parts[9])
+        out.append(job)
     return out
+
+
+def squeue_checked(text: str, ids: str) -> tuple[list[QueueJob], set[str]]:
+    """The records of ``TEXT_FORMAT`` output that are surely Slurm's, and the job ids dropped.
+
+    ``ids`` is the ``IDS_FORMAT`` listing, taken after ``text``. squeue prints a name or account as
+    it is, newlines too, so a job can make lines that look like records of other jobs (or of
+    itself, with values of its choosing). A record is kept when its line is whole, its id is listed
+    once in ``ids`` and no other line claims that id; a line that is not whole drops the job its
+    first field names (a split record starts with its real id). A forged whole line either names a
+    job not listed (dropped) or one listed, whose real record then makes two (both dropped).
+    """
+    listed: dict[str, int] = {}
+    for i in ids.split():
+        listed[i] = listed.get(i, 0) + 1
+    whole: dict[str, list[QueueJob]] = {}
+    split: set[str] = set()
+    for line in text.rstrip("\n").split("\n"):  # squeue ends a record with \n only
+        job = _whole(line)
+        if job is None:
+            split.add(line.split("|", 1)[0].strip())
+        else:
+            whole.setdefault(job.job_id, []).append(job)
+    kept = [js[0] for i, js in whole.items() if len(js) == 1 and listed.get(i) == 1 and i not in split]
+    dropped = (set(whole) | (split & set(listed))) - {j.job_id for j in kept}
+    return kept, dropped
 
 
 JOBCOMP_KEYS = (
@@ -163,13 +222,19 @@ JOBCOMP_KEYS = (
 _KEY = re.compile(r"(?:^| )(" + "|".join(JOBCOMP_KEYS) + r")=")
 
 
+_HEAD = frozenset(JOBCOMP_KEYS[:4])
+"""The keys slurmctld writes before the job name: a name that spells one out comes after them."""
+
+
 def jobcomp_fields(line: str) -> dict[str, str]:
     """Split one jobcomp/filetxt line. A value runs until the next known key; when a key repeats
-    (a job name that spells one out) the last occurrence wins."""
+    (a job name that spells one out) the real one wins: the first of JobId, UserId, GroupId and
+    Name (written before the name), the last of the others (written after it)."""
     marks = list(_KEY.finditer(line.rstrip("\n")))
     out: dict[str, str] = {}
-    for m, nxt in zip(marks, [*marks[1:], None], strict=True):
-        out[m.group(1)] = line[m.end() : nxt.start() if nxt else len(line.rstrip("\n"))].rstrip(" ")
+    for m, nxt in zip(marks, [*marks[1:], None], strict=False):
+        if m.group(1) not in _HEAD or m.group(1) not in out:
+            out[m.group(1)] = line[m.end() : nxt.start() if nxt else len(line.rstrip("\n"))].rstrip(" ")
     return out
 
 

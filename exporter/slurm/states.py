@@ -44,6 +44,10 @@ RAN = frozenset({RUNNING, "COMPLETING", "SUSPENDED", "STOPPED", COMPLETED, *FAIL
 """squeue states that prove a job ran. A job cancelled (or preempted) while pending shows a start
 time too (= its end), so those wait for the finished record, whose node list tells."""
 
+ACTIVE = RAN - set(FINISHED)
+"""squeue states of a job that started and has not ended: RUNNING, COMPLETING, SUSPENDED, STOPPED.
+(squeue lists an ended job a while longer, MinJobAge, in its final state: not among these.)"""
+
 
 def regex(states: tuple[str, ...]) -> str:
     """A PromQL ``=~`` alternative of these states (they hold no regex characters)."""

@@ -9,6 +9,9 @@ wait = start − submit, observed once per job, when the job is first seen start
 squeue, or in its finished record); the eligible wait (start − eligible) beside it. A job cancelled
 while pending never started: it counts as cancelled, not as a wait sample. Requeues come from
 squeue's restart count. A failing or missing command sets ``gpuledger_queue_source_up 0``.
+
+Each started and recently finished job's user, account, partition and QOS as the scheduler records
+them: ``exporter.slurm.jobinfo``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from exporter.slurm import parse, states
 from exporter.slurm.commands import SourceError, run
+from exporter.slurm.jobinfo import MAX_JOBS, JobInfo, Labels
 from exporter.slurm.records import FinishedJob
 from exporter.snapshot import Histogram
 
@@ -63,6 +67,7 @@ class QueueSnapshot:
     finished: Mapping[tuple[str, str], int] = field(default_factory=dict)
     gpu_seconds: Mapping[tuple[str, str], float] = field(default_factory=dict)  # GPUs x run time, by end state
     requeued: Mapping[str, int] = field(default_factory=dict)
+    job_info: Mapping[str, Labels] = field(default_factory=dict)  # job id -> (user, account, partition, qos)
 
 
 class SlurmWatcher:
@@ -71,6 +76,7 @@ class SlurmWatcher:
         settings: SlurmSettings,
         keep: Callable[[list[FinishedJob]], None] | None,
         clock: Callable[[], float] = time.time,
+        max_job_info: int = MAX_JOBS,
     ) -> None:
         """``keep`` stores the finished jobs (the history's ``submit``; None: not stored)."""
         self.s = settings
@@ -101,6 +107,8 @@ class SlurmWatcher:
         self._finished: dict[tuple[str, str], int] = {}
         self._gpu_seconds: dict[tuple[str, str], float] = {}
         self._requeued: dict[str, int] = {}
+        self._job_info = JobInfo(settings.finished_info_seconds, max_job_info)
+        self._split_said = False
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -121,7 +129,7 @@ class SlurmWatcher:
 
     def poll(self) -> None:
         """One look at the queue and at the finished jobs. Never raises."""
-        for step in (self._poll_queue, self._poll_finished):
+        for step in (self._poll_queue, self._poll_finished, self._prune_job_info):
             try:
                 step()
             except Exception:
@@ -140,6 +148,7 @@ class SlurmWatcher:
                 finished=dict(self._finished),
                 gpu_seconds=dict(self._gpu_seconds),
                 requeued={p: self._requeued.get(p, 0) for p in self._partitions},
+                job_info=self._job_info.view(),
             )
 
     # --- the queue ----------------------------------------------------------------------
@@ -157,7 +166,16 @@ class SlurmWatcher:
                 log.info("squeue --json output not understood (%s); using the text format", e)
                 self._json = False
         out = run([self.s.squeue, "-h", "-t", "all", "-o", parse.TEXT_FORMAT], self.s.command_timeout, self._env)
-        return parse.squeue_text(out)
+        ids = run([self.s.squeue, "-h", "-t", "all", "-o", parse.IDS_FORMAT], self.s.command_timeout, self._env)
+        jobs, dropped = parse.squeue_checked(out, ids)
+        if dropped and not self._split_said:
+            self._split_said = True
+            log.warning(
+                "slurm watcher: squeue's records of job(s) %s are split by a newline (in a job name or account) or "
+                "claimed twice: left out of this poll (logged once)",
+                ", ".join(sorted(dropped)[:10]),
+            )
+        return jobs
 
     def _poll_queue(self) -> None:
         try:
@@ -183,6 +201,7 @@ class SlurmWatcher:
                     if j.state == states.RUNNING:
                         running[j.partition] = running.get(j.partition, 0) + 1
                     self._observe_start(j.job_id, j.partition, j.submit, j.eligible, j.start, now)
+                self._job_info.listed(j.job_id, j.state, (j.user, j.account, j.partition, j.qos), now)
                 before = self._restarts.get(j.job_id)
                 if before is not None and j.restarts > before:
                     self._requeued[j.partition] = self._requeued.get(j.partition, 0) + j.restarts - before
@@ -211,6 +230,10 @@ class SlurmWatcher:
             del self._observed[key]
         for key in [k for k, t in self._sacct_seen.items() if now - t > 2 * 86400]:
             del self._sacct_seen[key]
+
+    def _prune_job_info(self) -> None:
+        with self._lock:
+            self._job_info.prune(self._clock())
 
     def _down(self, source: str, e: Exception) -> None:
         with self._lock:
@@ -280,7 +303,7 @@ class SlurmWatcher:
         complete = data[: data.rfind(b"\n") + 1]
         self._offset += len(complete)
         records = []
-        for line in complete.decode("utf-8", errors="replace").splitlines():
+        for line in complete.decode("utf-8", errors="replace").split("\n"):  # slurmctld ends a line with \n only
             state = parse.jobcomp_fields(line).get("JobState", "").split(" ", 1)[0]
             if state in states.REQUEUE:
                 continue  # the end of a run that was requeued; counted from squeue's restart count
@@ -335,5 +358,7 @@ class SlurmWatcher:
                 if j.start is not None:
                     self._gpu_seconds[key] = self._gpu_seconds.get(key, 0.0) + j.gpus * max(0.0, j.end - j.start)
                     self._observe_start(j.job_id, j.partition, j.submit, j.eligible, j.start, now)
+            for j in jobs:
+                self._job_info.finished(j, now)
         if jobs and self.keep is not None:
             self.keep(list(jobs))
