@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analytics.config import PrometheusSettings
 from analytics.sources.dcgm import DcgmSource
 from analytics.synthetic_dcgm import kubernetes_fleet
-from analytics.week_data import Window
 from bench.common import require_prometheus, table, write_result
+from domain.week import Window
 from exporter.sampling.stalls import StallRule
 from tests.support.prometheus import PrometheusServer
 from tests.support.victoria import VictoriaMetricsServer
