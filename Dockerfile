@@ -34,6 +34,7 @@ COPY gpuledger ./gpuledger
 COPY exporter ./exporter
 COPY analytics ./analytics
 COPY daemonkit ./daemonkit
+COPY domain ./domain
 COPY grafana ./grafana
 # wheels of gpuledger and of every dependency, grpcio included (the kubelet's pod-resources API
 # names the pods on Kubernetes nodes), so the final stage installs without an index; tzdata

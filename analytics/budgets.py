@@ -22,7 +22,7 @@ from analytics.report.build import build
 from analytics.report.model import Report
 from analytics.sources import Source
 from analytics.sources.promapi import PromAPI
-from analytics.week_data import Window
+from domain.week import Window
 
 GPU_HOURS = "gpu_hours"  # the unit label of a GPU-hour budget; a money budget's is the currency code
 

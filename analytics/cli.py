@@ -23,10 +23,10 @@ from analytics.config import FullSettings, overrides_from
 from analytics.pipeline import describe, fewer_collections, make_report, make_source, out_dir
 from analytics.report.useful import label as useful_label
 from analytics.sources import Source, SourceUnavailable
-from analytics.week_data import Window, iso_week, last_full_week
 from daemonkit.argcheck import writable_dir
 from daemonkit.settings import ConfigError, load_settings
 from daemonkit.signals import wait_for_signal
+from domain.week import Window, iso_week, last_full_week
 
 log = logging.getLogger("gpuledger.analytics")
 MIN_DAYS, MAX_DAYS = 1 / 1440, 3660.0  # --days: one minute to ten years

@@ -37,10 +37,10 @@ from analytics.pipeline import make_report, make_source, out_dir
 from analytics.report import served
 from analytics.sources import Source, SourceUnavailable
 from analytics.statements.monthly import write_month
-from analytics.week_data import Window, last_full_week
 from daemonkit.crontab import cron_trigger
 from daemonkit.http import MetricsServer, WebOptions, serve
 from daemonkit.settings import split_listen
+from domain.week import Window, last_full_week
 from exporter import __version__
 
 log = logging.getLogger("gpuledger.analytics")

@@ -19,7 +19,7 @@ from analytics.report.output import focus_dir, write_atomic
 from analytics.sources import Source
 from analytics.sources.promapi import PromAPI
 from analytics.statements.statement import month
-from analytics.week_data import WeekData, Window
+from domain.week import WeekData, Window
 
 log = logging.getLogger("gpuledger.analytics")
 

@@ -190,7 +190,7 @@ REPORT_METRICS: tuple[ReportMetric, ...] = (
     ReportMetric("gpuledger_report_queue_jobs_started", "Jobs (or GPU pods: partition kubernetes) started in the "
                  "window.", ("partition",),
                  lambda r: (((q.partition,), float(q.jobs_started)) for q in r.queue)),
-    ReportMetric("gpuledger_report_jobs", "Jobs that ended in the window by state class (exporter/slurm/states.py): "
+    ReportMetric("gpuledger_report_jobs", "Jobs that ended in the window by state class (domain/states.py): "
                  "COMPLETED, FAILED (every failed state but TIMEOUT), CANCELLED, TIMEOUT, other; and requeued.",
                  ("partition", "state"), _failures),
     ReportMetric("gpuledger_report_failed_gpu_hours", "GPU-hours of jobs that failed or timed out.", ("partition",),

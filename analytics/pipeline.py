@@ -17,7 +17,7 @@ from analytics.sources.dcgm import DcgmSource
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.promapi import DeadlinePassed, PromAPI
 from analytics.sources.prometheus import PrometheusSource
-from analytics.week_data import Window
+from domain.week import Window
 from exporter.config import default_history_path
 from exporter.sampling.stalls import rule_of
 

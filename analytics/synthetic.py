@@ -22,13 +22,13 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from analytics.week_data import Window
+from domain import states
+from domain.jobs import JobKey
+from domain.week import Window
 from exporter import history
-from exporter.attribution.shares import JobKey
 from exporter.history import BenchRecord, FinishedJob
 from exporter.readers import DeviceInfo
 from exporter.readers.capture import bundled_path, load
-from exporter.slurm import states
 from exporter.snapshot import JobMinuteRow, MinuteRow
 
 IDLE_WATTS = 75.5  # the capture's idle power

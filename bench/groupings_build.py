@@ -30,9 +30,9 @@ from analytics.report.csvio import to_csv
 from analytics.report.html import to_html
 from analytics.report.jsonio import to_json
 from analytics.report.markdown import to_markdown
-from analytics.week_data import GpuWeek, JobWeek, WeekData, iso_week
 from bench.common import table, write_result
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import GpuWeek, JobWeek, WeekData, iso_week
 
 WEEK = iso_week("2026-W47")
 WEEK_S = WEEK.seconds

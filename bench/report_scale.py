@@ -249,7 +249,7 @@ def queries(url: str, group_by: list[str] | None = None) -> tuple[int, dict[str,
     from analytics.config import FullSettings
     from analytics.pipeline import make_report
     from analytics.sources.prometheus import PrometheusSource
-    from analytics.week_data import iso_week
+    from domain.week import iso_week
 
     analytics: dict[str, object] = {"source": "prometheus", **({"group_by": group_by} if group_by else {})}
     s = FullSettings(analytics=analytics, prometheus={"url": url})

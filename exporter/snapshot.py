@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
-from exporter.attribution.shares import JobCounters, JobKey
+from domain.jobs import JobKey
+from exporter.attribution.shares import JobCounters
 from exporter.readers import NO_NVML, DeviceInfo, EccErrors, PcieThroughput, RemappedRows
 
 P = TypeVar("P")

@@ -31,9 +31,9 @@ from types import FrameType
 from analytics import synthetic
 from analytics.cli import STARTUP_ERRORS, full_settings, start_error
 from analytics.synthetic import Fleet
-from analytics.week_data import Window, iso_week, iso_week_label, last_full_week
 from daemonkit.argcheck import distinct_listen, writable_dir
 from daemonkit.settings import ConfigError
+from domain.week import Window, iso_week, iso_week_label, last_full_week
 
 DESCRIPTION = (
     "Run the whole product with no GPU: a generated fleet's last week reported, "

@@ -3,7 +3,7 @@ holds GPUs without using them (the per-job counters of every exporter)."""
 
 from __future__ import annotations
 
-from exporter.slurm import states
+from domain import states
 from grafana.layout import Dashboard, gpu_vars, query_var
 from grafana.model import UP_DOWN, UTILISATION, WARNING, Q, steps
 from grafana.panels import Col, bargauge, heatmap, info_table, stat, table, timeseries

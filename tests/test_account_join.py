@@ -20,8 +20,8 @@ from analytics.report.build import build, job_key
 from analytics.report.model import UNALLOCATED
 from analytics.sources.prometheus import PrometheusSource
 from analytics.statements.job import AmbiguousJob, UnknownJob, job_figures
-from analytics.week_data import GpuWeek, JobWeek, WeekData, Window
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import GpuWeek, JobWeek, WeekData, Window
 from gpuledger.cli import main
 from tests.support.clock import ANCHOR
 from tests.support.prometheus import PrometheusServer

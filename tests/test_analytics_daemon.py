@@ -16,8 +16,8 @@ from analytics import synthetic
 from analytics.config import FullSettings
 from analytics.daemon import Analytics
 from analytics.report import from_json
-from analytics.week_data import Window, last_full_week
 from daemonkit.crontab import cron_trigger, weekdays
+from domain.week import Window, last_full_week
 from exporter.history import HistoryWriter
 from tests.support.clock import ANCHOR, clock_now
 from tests.support.http import free_port, http_get

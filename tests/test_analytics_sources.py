@@ -22,7 +22,7 @@ from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.promapi import PromAPI
 from analytics.sources.prometheus import PrometheusSource
 from analytics.synthetic import Fleet
-from analytics.week_data import BenchWeek, WeekData, Window, iso_week
+from domain.week import BenchWeek, WeekData, Window, iso_week
 from exporter.slurm.watcher import WAIT_BUCKETS
 from tests.support.conservation import assert_conserves
 from tests.support.fleet import WEEK, history, prometheus, small_fleet, truth_quantile

@@ -13,8 +13,8 @@ import pytest
 from analytics import budgets
 from analytics.config import FullSettings
 from analytics.daemon import Analytics
-from analytics.week_data import GpuWeek, JobWeek, WeekData, Window
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import GpuWeek, JobWeek, WeekData, Window
 from tests.support.metrics import one, parse_metrics
 
 H = 3600.0

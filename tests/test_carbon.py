@@ -21,8 +21,8 @@ from analytics.metrics import ReportCollector
 from analytics.report import text
 from analytics.report.build import build
 from analytics.report.model import UNALLOCATED, CostRow, Report
-from analytics.week_data import GpuWeek, JobWeek, WeekData, iso_week
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import GpuWeek, JobWeek, WeekData, iso_week
 from tests.support.conservation import assert_conserves
 from tests.support.paths import REPO
 from tests.test_cost_properties import HOURS, _week, gpu

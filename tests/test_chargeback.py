@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from analytics.cost import CostModel
 from analytics.report.build import build
 from analytics.report.model import UNALLOCATED, Report
-from analytics.week_data import GpuWeek, JobWeek, WeekData, iso_week
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import GpuWeek, JobWeek, WeekData, iso_week
 from tests.support.conservation import COST_COLUMNS, assert_conserves
 
 WEEK = iso_week("2026-W48")

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from domain.jobs import JobKey
 from exporter.attribution.procfs import Owner
-from exporter.attribution.shares import GpuJobs, JobKey, shares
+from exporter.attribution.shares import GpuJobs, shares
 from exporter.readers import Process, ProcessUtil
 
 OWNERS = {pid: Owner(uid=1000 + pid, user=f"u{pid}", job_id=str(pid)) for pid in range(1, 7)}

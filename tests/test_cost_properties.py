@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from analytics.cost import CostModel, PriceRule, TariffWindow
 from analytics.report.build import build
 from analytics.report.model import CostRow
-from analytics.week_data import GpuWeek, WeekData, Window, iso_week
+from domain.week import GpuWeek, WeekData, Window, iso_week
 
 WEEK = iso_week("2026-W10", "Europe/Berlin")
 HOURS = 168

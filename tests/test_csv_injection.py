@@ -21,8 +21,8 @@ from analytics.report.csvio import TABLES, neutralise, to_csv
 from analytics.report.jsonio import LISTS
 from analytics.report.model import CostRow, Report
 from analytics.sources.embedded import EmbeddedSource
-from analytics.week_data import Window, iso_week
 from bench.attacks.reports import HOSTILE_HOSTS, HOSTILE_PARTITION, HOSTILE_USERS, formula_cells, hostile_fleet
+from domain.week import Window, iso_week
 from tests.support.reports import sample_report
 
 OWASP = ("=", "+", "-", "@", "\t", "\r")  # the test's own list, not the code's

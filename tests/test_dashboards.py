@@ -18,7 +18,7 @@ import yaml
 
 from analytics.metrics import families
 from analytics.report.build import GROUPINGS
-from analytics.week_data import last_full_week
+from domain.week import last_full_week
 from exporter.scrape.table import METRICS
 from tests.support.clock import clock_now
 from tests.support.dashboard_data import backfill_day, history_fleet, missing_states

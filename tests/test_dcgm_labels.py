@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from analytics.sources.dcgm.labels import Device, device_of, holder, host_of, share
 from analytics.sources.dcgm.stalls import MAX_STEPS, chunks, counted
-from analytics.week_data import Window
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import Window
 
 H100 = "NVIDIA H100 80GB HBM3"
 CONTAINERS = ("nvidia-dcgm-exporter", "exporter", "dcgm-exporter")

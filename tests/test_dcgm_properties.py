@@ -24,8 +24,8 @@ from analytics.sources.dcgm import DcgmSource
 from analytics.sources.dcgm.labels import Device, share
 from analytics.synthetic_dcgm import DcgmFleet, Exporter, Gpu, Node, Pod, SlurmJob, Span
 from analytics.synthetic_dcgm.simulate import simulate
-from analytics.week_data import Window
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import Window
 from tests.support.clock import ANCHOR
 from tests.support.conservation import assert_conserves
 from tests.support.victoria import VictoriaMetricsServer

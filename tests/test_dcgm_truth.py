@@ -31,8 +31,8 @@ from analytics.sources.dcgm.stalls import SPANS_PER_CHUNK
 from analytics.statements.job import job_figures
 from analytics.statements.statement import statement
 from analytics.synthetic_dcgm import DcgmFleet, Truth, kubernetes_fleet, slurm_fleet
-from analytics.week_data import WeekData, Window, days
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import WeekData, Window, days
 from tests.support.clock import ANCHOR
 from tests.support.conservation import assert_conserves
 from tests.support.prometheus import PrometheusServer

@@ -18,7 +18,7 @@ from analytics.pipeline import make_report
 from analytics.report import Report, from_json
 from analytics.sources.embedded import EmbeddedSource
 from analytics.synthetic import Fleet, write_history
-from analytics.week_data import Window, iso_week
+from domain.week import Window, iso_week
 from exporter.readers.replay import ReplayReader
 from gpuledger import cli, demo
 from tests.support.http import free_port, http_get

@@ -23,7 +23,7 @@ def test_configuration_doc_is_generated_from_the_settings() -> None:
 def test_the_cost_model_worked_example_is_what_the_code_computes() -> None:
     from analytics.cost import CostModel
     from analytics.report.build import build
-    from analytics.week_data import BenchWeek, GpuWeek, WeekData, iso_week
+    from domain.week import BenchWeek, GpuWeek, WeekData, iso_week
 
     doc = (REPO / "docs" / "cost-model.md").read_text()
     toml = doc.split("```toml\n", 1)[1].split("```", 1)[0]

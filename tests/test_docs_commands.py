@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from analytics import synthetic
-from analytics.week_data import iso_week
+from domain.week import iso_week
 from gpuledger.cli import build_parser
 from tests.support import fleet as fleets
 from tests.support.doc_commands import DocCommand, doc_commands, doc_files

@@ -13,7 +13,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.registry import CollectorRegistry
 
-from exporter.attribution.shares import JobCounters, JobKey
+from domain.jobs import JobKey
+from exporter.attribution.shares import JobCounters
 from exporter.benchmarks.results import (
     AllreduceResult,
     MatmulRow,

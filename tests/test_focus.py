@@ -15,8 +15,8 @@ from analytics.cost import CostModel
 from analytics.report.build import build
 from analytics.report.focus import COLUMNS, day_reports, file_name, to_focus
 from analytics.report.served import content_type
-from analytics.week_data import GpuWeek, JobWeek, WeekData, Window, iso_week
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import GpuWeek, JobWeek, WeekData, Window, iso_week
 from tests.support.focus_validator import validate
 
 WEEK = iso_week("2026-W48")

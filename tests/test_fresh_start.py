@@ -17,7 +17,7 @@ from analytics.daemon import Analytics
 from analytics.report.build import build
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.prometheus import PrometheusSource, history_start
-from analytics.week_data import Window, iso_week
+from domain.week import Window, iso_week
 from exporter import history
 from exporter.history import HistoryWriter
 from exporter.readers import DeviceInfo

@@ -29,8 +29,8 @@ from analytics.report.csvio import to_csv
 from analytics.report.html import to_html
 from analytics.report.markdown import to_markdown
 from analytics.report.model import UNALLOCATED, Report
-from analytics.week_data import GpuWeek, JobWeek, WeekData, Window, iso_week
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import GpuWeek, JobWeek, WeekData, Window, iso_week
 from tests.support.conservation import COST_COLUMNS, assert_conserves, total
 from tests.test_report_html import browser, show  # noqa: F401 (the Chromium fixture)
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from domain.jobs import JobKey
 from exporter import history
-from exporter.attribution.shares import JobKey
 from exporter.history.schema import MIGRATIONS
 from exporter.snapshot import ROLLUP_FIELDS
 

@@ -1,4 +1,4 @@
-"""Slurm job states are defined once (``exporter.slurm.states``): the dashboards' failed share,
+"""Slurm job states are defined once (``domain.states``): the dashboards' failed share,
 the Prometheus source's failed GPU-hours and the report's failed columns count the same states."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 from analytics.cost import CostModel
 from analytics.report.build import build
 from analytics.sources import prometheus
-from analytics.week_data import FailureWeek, GpuWeek, WeekData, iso_week
-from exporter.slurm import states
+from domain import states
+from domain.week import FailureWeek, GpuWeek, WeekData, iso_week
 from grafana import queue
 
 WEEK = iso_week("2026-W48")

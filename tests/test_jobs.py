@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from domain.jobs import JobKey
 from exporter import history
 from exporter.attribution.attributor import Attribution
 from exporter.attribution.kubelet import PodDevice
 from exporter.attribution.procfs import Owner
-from exporter.attribution.shares import GpuJobs, JobKey, shares
+from exporter.attribution.shares import GpuJobs, shares
 from exporter.readers import Process, ProcessUtil
 from exporter.readers.fake import FakeReader
 from exporter.scrape import render

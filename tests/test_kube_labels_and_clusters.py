@@ -22,7 +22,7 @@ from analytics.sources.prometheus import PrometheusSource
 from analytics.synthetic import Fleet
 from analytics.synthetic_dcgm import DcgmFleet, escape, generate
 from analytics.synthetic_ksm import KsmPod, import_lines, openmetrics_lines, series
-from analytics.week_data import WeekData, Window, days
+from domain.week import WeekData, Window, days
 from tests.support.clock import ANCHOR
 from tests.support.prometheus import PrometheusServer
 from tests.support.victoria import VictoriaMetricsServer

@@ -12,7 +12,7 @@ from analytics.config import PrometheusSettings
 from analytics.sources.dcgm import DcgmSource
 from analytics.sources.kubernetes import queue_wait
 from analytics.sources.promapi import PromAPI
-from analytics.week_data import QueueWeek, Window
+from domain.week import QueueWeek, Window
 from tests.support.prometheus import PrometheusServer
 
 # starts real components (see [tool.pytest.ini_options] markers): not in scripts/test --fast

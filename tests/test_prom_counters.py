@@ -12,7 +12,7 @@ import pytest
 from analytics.config import PrometheusSettings
 from analytics.sources.counters import day_totals, hourly
 from analytics.sources.promapi import PromAPI
-from analytics.week_data import Window
+from domain.week import Window
 from tests.support.prometheus import PrometheusServer
 
 # starts real components (see [tool.pytest.ini_options] markers): not in scripts/test --fast

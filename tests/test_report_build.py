@@ -8,8 +8,8 @@ import pytest
 from analytics.cost import CostModel, PriceRule, TariffWindow
 from analytics.report.build import build
 from analytics.report.model import BenchRow
-from analytics.week_data import BenchRun, BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, Runs, WeekData, iso_week
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import BenchRun, BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, Runs, WeekData, iso_week
 
 WEEK = iso_week("2026-W48")
 HOUR = 3600.0

@@ -8,7 +8,7 @@ from analytics.cost import EXAMPLE_RULE, CostModel
 from analytics.report.build import build
 from analytics.report.jsonio import from_json, to_json
 from analytics.report.markdown import to_markdown
-from analytics.week_data import GpuWeek, WeekData, iso_week
+from domain.week import GpuWeek, WeekData, iso_week
 
 WEEK = iso_week("2026-W48")
 HOUR = 3600.0

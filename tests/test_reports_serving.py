@@ -18,7 +18,7 @@ from analytics.config import FullSettings
 from analytics.daemon import Analytics
 from analytics.report import served, write
 from analytics.report.csvio import TABLES
-from analytics.week_data import Window, iso_week
+from domain.week import Window, iso_week
 from tests.support.clock import ANCHOR, clock_now
 from tests.support.reports import sample_report
 from tests.support.wait import wait_until

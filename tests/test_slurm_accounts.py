@@ -15,12 +15,13 @@ from analytics.report.model import UNALLOCATED
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.promapi import Series
 from analytics.sources.prometheus_slurm import slurm_attributes
-from analytics.week_data import JobWeek, WeekData, Window
+from domain.jobs import JobKey
+from domain.week import JobWeek, WeekData, Window
 from exporter import history
 from exporter.attribution import slurmenv
 from exporter.attribution.attributor import Attribution
 from exporter.attribution.procfs import ProcReader
-from exporter.attribution.shares import GpuJobs, JobKey
+from exporter.attribution.shares import GpuJobs
 from exporter.config import SlurmSettings
 from exporter.readers import Process
 from exporter.readers.fake import FakeReader

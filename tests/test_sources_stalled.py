@@ -11,9 +11,9 @@ import pytest
 from analytics.config import PrometheusSettings
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.prometheus import PrometheusSource
-from analytics.week_data import iso_week
+from domain.jobs import JobKey
+from domain.week import iso_week
 from exporter import history
-from exporter.attribution.shares import JobKey
 from exporter.readers import DeviceInfo
 from exporter.snapshot import ROLLUP_FIELDS, JobMinuteRow, MinuteRow
 from tests.support.prometheus import PrometheusServer

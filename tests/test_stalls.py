@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from domain.jobs import JobKey
 from exporter import history
-from exporter.attribution.shares import JobKey
 from exporter.readers import DeviceInfo, GpmActivity, Process
 from exporter.readers.fake import FakeReader
 from exporter.readers.replay import ReplayReader

@@ -23,9 +23,9 @@ from analytics.statements.job import job_figures, verdict
 from analytics.statements.read import read
 from analytics.statements.statement import month, previous_month, statement, statement_of
 from analytics.synthetic import Fleet
-from analytics.week_data import BenchWeek, GpuWeek, JobWeek, WeekData, Window, iso_week
-from exporter.attribution.shares import JobKey
-from exporter.slurm.states import FAILED
+from domain.jobs import JobKey
+from domain.states import FAILED
+from domain.week import BenchWeek, GpuWeek, JobWeek, WeekData, Window, iso_week
 from gpuledger.cli import main
 from tests.support.fleet import WEEK, history, small_fleet
 

@@ -26,8 +26,8 @@ from analytics.statements.read import read
 from analytics.statements.render import job_text
 from analytics.statements.statement import statement
 from analytics.synthetic import Fleet
-from analytics.week_data import iso_week
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import iso_week
 from gpuledger.cli import main
 from tests.support.fleet import history
 from tests.support.prometheus import PrometheusServer

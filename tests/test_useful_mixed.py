@@ -26,9 +26,9 @@ from analytics.report.model import UNALLOCATED, CostRow, Report
 from analytics.report.text import summary
 from analytics.report.useful import label
 from analytics.sources.embedded import EmbeddedSource
-from analytics.week_data import GpuWeek, JobWeek, WeekData, iso_week
+from domain.jobs import JobKey
+from domain.week import GpuWeek, JobWeek, WeekData, iso_week
 from exporter import history
-from exporter.attribution.shares import JobKey
 from exporter.readers import DeviceInfo
 from exporter.snapshot import ROLLUP_FIELDS, JobMinuteRow, MinuteRow
 from gpuledger import cli

@@ -47,7 +47,7 @@ from analytics.report.model import (
 )
 from analytics.report.useful import sm_gpus, useful_seconds
 from analytics.report.week_rows import _daily, _failures, _queue, _rent
-from analytics.week_data import JobWeek, WeekData
+from domain.week import JobWeek, WeekData
 
 NONE = "(none)"  # the key of the jobs (or GPUs) that lack a grouping's attribute
 UNKNOWN_USER = "(unknown)"

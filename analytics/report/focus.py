@@ -27,7 +27,7 @@ from analytics.cost import CostModel
 from analytics.report.build import GROUP_BY, build
 from analytics.report.csvio import neutralise
 from analytics.report.model import UNALLOCATED, CostRow, Report
-from analytics.week_data import WeekData, Window, days
+from domain.week import WeekData, Window, days
 
 GPU_GROUPINGS = ("host", "model", "gpu", "cluster")  # sum to the fleet; the others need unallocated
 UNIT = "GPU-Hours"

@@ -6,7 +6,7 @@ import datetime as dt
 import zoneinfo
 
 from analytics.report.model import BenchRow, CostRow, Delta, QueueRow, RentRow, VerdictRow
-from analytics.week_data import BenchWeek, Runs
+from domain.week import BenchWeek, Runs
 
 DROP = 0.10  # a run more than 10 % under last week's median is flagged
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from analytics.cost import JOULES_PER_KWH
 from analytics.report.model import CostRow
 from analytics.report.useful import measure, useful_seconds
-from analytics.week_data import JobWeek
+from domain.week import JobWeek
 
 
 def ratio(a: float | None, b: float) -> float | None:

@@ -80,7 +80,7 @@ class QueueRow:
 class FailureRow:
     partition: str
     completed: int
-    failed: int  # FAILED, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE (exporter.slurm.states.FAILED but TIMEOUT)
+    failed: int  # FAILED, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE (domain.states.FAILED but TIMEOUT)
     cancelled: int
     timeout: int
     other: int  # PREEMPTED, and any state a later Slurm adds

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from analytics.cost import CostModel
-from analytics.week_data import WeekData
+from domain.week import WeekData
 
 SM, BUSY, MIXED = "sm_active", "busy", "mixed"
 

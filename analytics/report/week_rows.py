@@ -6,8 +6,8 @@ from analytics.cost import JOULES_PER_KWH, CostModel, breakeven_utilisation
 from analytics.report import judge
 from analytics.report.ledger import sum_known
 from analytics.report.model import CostRow, DayRow, FailureRow, QueueRow, RentRow
-from analytics.week_data import WeekData, days
-from exporter.slurm import states
+from domain import states
+from domain.week import WeekData, days
 
 _FAILED_NOT_TIMEOUT = frozenset(states.FAILED) - {states.TIMEOUT}  # timeout has its own column
 _NOT_OTHER = frozenset({states.COMPLETED, states.CANCELLED, *states.FAILED})
@@ -41,7 +41,7 @@ def _queue(data: WeekData) -> list[QueueRow]:
 
 
 def _failures(data: WeekData) -> list[FailureRow]:
-    """The columns split the finished jobs by ``exporter.slurm.states``: failed + timeout is what
+    """The columns split the finished jobs by ``domain.states``: failed + timeout is what
     the dashboards' failed share counts; other is every state neither completed, cancelled nor
     failed (PREEMPTED, or one a later Slurm adds)."""
     out = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from analytics.week_data import WeekData, Window
+from domain.week import WeekData, Window
 
 
 class SourceUnavailable(RuntimeError):

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from analytics.sources.promapi import PromAPI, Series, label_value, rng
-from analytics.week_data import Day, Window, days
+from domain.week import Day, Window, days
 
 MANY = 64  # more GPUs than this to redo in a day: select them all rather than by a long regex
 

@@ -15,10 +15,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from analytics.sources.base import SourceUnavailable, percentile
-from analytics.week_data import BenchRun, BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window
+from domain.states import FAILED
+from domain.week import BenchRun, BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window
 from exporter import history
 from exporter.benchmarks.results import allreduce_from, train_from
-from exporter.slurm.states import FAILED
 
 MINUTE = 60.0  # the history's rows: one per GPU and minute
 

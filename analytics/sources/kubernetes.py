@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from analytics.sources.base import percentile
 from analytics.sources.promapi import PromAPI, Series, rng
-from analytics.week_data import GpuWeek, JobWeek, QueueWeek, Window, days
+from domain.week import GpuWeek, JobWeek, QueueWeek, Window, days
 
 Labels = tuple[tuple[str, str], ...]
 PodKey = tuple[str, str, str]  # (cluster, namespace, pod)

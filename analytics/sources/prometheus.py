@@ -23,7 +23,9 @@ from analytics.sources import counters, kubernetes
 from analytics.sources.base import SourceUnavailable
 from analytics.sources.promapi import PromAPI, QueryError, rng
 from analytics.sources.prometheus_slurm import NO_SLURM, slurm_attributes
-from analytics.week_data import (
+from domain import states
+from domain.jobs import JobKey
+from domain.week import (
     BenchRun,
     BenchWeek,
     FailureWeek,
@@ -35,8 +37,6 @@ from analytics.week_data import (
     Window,
     days,
 )
-from exporter.attribution.shares import JobKey
-from exporter.slurm import states
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

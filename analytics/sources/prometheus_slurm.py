@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from analytics.sources.promapi import PromAPI, rng
-from analytics.week_data import Window
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import Window
 
 SLURM_LABELS = ("job_id", "user", "account", "partition", "qos")  # gpuledger_job_info's own
 NO_SLURM = ("", "", "")

@@ -13,7 +13,7 @@ from analytics.sources import Source
 from analytics.statements.advice import efficiencies, scaling_advice
 from analytics.statements.locate import job_span
 from analytics.statements.read import read
-from analytics.week_data import JobWeek, Window
+from domain.week import JobWeek, Window
 
 MOSTLY_IDLE = 0.20  # busy under this share of the charged time: mostly idle
 STALLED = 0.10  # stalled over this share: a hang or a spin-wait

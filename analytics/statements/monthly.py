@@ -13,7 +13,7 @@ from analytics.statements.locate import job_states
 from analytics.statements.read import read
 from analytics.statements.render import write
 from analytics.statements.statement import keys, previous_month, statement_of
-from analytics.week_data import Window
+from domain.week import Window
 
 log = logging.getLogger("gpuledger.analytics")
 

@@ -11,7 +11,7 @@ from analytics.report.build import build
 from analytics.report.model import CostRow, Report
 from analytics.sources import Source
 from analytics.sources.promapi import PromAPI
-from analytics.week_data import WeekData, Window
+from domain.week import WeekData, Window
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from analytics.sources import Source
 from analytics.statements.advice import efficiencies, scaling_advice
 from analytics.statements.locate import job_states
 from analytics.statements.read import read
-from analytics.week_data import JobWeek, Window, iso_week
-from exporter.slurm.states import FAILED
+from domain.states import FAILED
+from domain.week import JobWeek, Window, iso_week
 
 GROUPINGS = ("user", "account", "namespace")
 NONE = {"user": "(unknown)", "account": "(none)", "namespace": "(none)"}

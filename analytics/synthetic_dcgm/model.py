@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
 
 DeploymentKind = Literal["helm", "operator", "legacy", "slurm"]
 FieldSet = Literal["default", "dcp", "basic"]

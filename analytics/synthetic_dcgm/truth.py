@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from analytics.synthetic_dcgm.labels import TARGETS
 from analytics.synthetic_dcgm.model import Instance, Node, Scrape, SlurmJob
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
 
 
 @dataclass(frozen=True, slots=True)

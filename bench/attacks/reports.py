@@ -23,8 +23,8 @@ from pathlib import Path
 
 from analytics import synthetic
 from analytics.report.jsonio import LISTS
-from analytics.week_data import Window, last_full_week
 from bench.attacks import Row
+from domain.week import Window, last_full_week
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # OWASP's list; the bench's own, not the code's
 TABLES = ("costs", *(a for a in LISTS if a != "rows"))

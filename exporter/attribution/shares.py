@@ -22,30 +22,10 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from domain.jobs import JobKey
 from exporter.attribution.kubelet import PodDevice
 from exporter.attribution.procfs import Owner
 from exporter.readers import Process, ProcessUtil
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class JobKey:
-    job_id: str = ""  # Slurm job id
-    user: str = ""
-    pod: str = ""  # pod name, or its UID when the kubelet cannot name it
-    namespace: str = ""
-    container: str = ""  # container name, or the first 12 digits of its id
-    # what the Slurm job's environment says of it: descriptions, not identity (a job is the same
-    # job whatever they say), so not compared, hashed or ordered; "" where unknown
-    account: str = field(default="", compare=False)
-    partition: str = field(default="", compare=False)
-    qos: str = field(default="", compare=False)
-
-    def labels(self) -> tuple[str, str, str, str, str]:
-        return (self.job_id, self.user, self.pod, self.namespace, self.container)
-
-    def slurm(self) -> tuple[str, str, str]:
-        """(account, partition, qos)."""
-        return (self.account, self.partition, self.qos)
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
 from exporter.benchmarks.records import BenchRecord
 from exporter.slurm.records import FinishedJob
 from exporter.snapshot import ROLLUP_FIELDS

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
 from exporter.readers import CLOCK_EVENT_REASONS, GpmActivity, Process, ProcessUtil, Reader, UtilSample
 from exporter.sampling import stalls
 from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, call

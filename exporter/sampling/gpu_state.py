@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from exporter.attribution.shares import GpuJobs, JobCounters, JobKey
+from domain.jobs import JobKey
+from exporter.attribution.shares import GpuJobs, JobCounters
 from exporter.readers import (
     DeviceInfo,
     GpuLost,

@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from domain.jobs import JobKey
 from exporter.attribution.attributor import Attribution
 from exporter.attribution.procfs import Owner
-from exporter.attribution.shares import JobKey, shares
+from exporter.attribution.shares import shares
 from exporter.readers import GpuLost, Reader, ReaderError, ReaderUnavailable, XidEvent, source_name
 from exporter.sampling import fastlane, slowlane, stalls
 from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, count_xids, idle_status, watch_xids

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from itertools import islice
 from types import MappingProxyType
 
+from domain import states
 from exporter.config import MAX_LABEL_VALUE
-from exporter.slurm import states
 from exporter.slurm.records import FinishedJob
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.slurm import states
+from domain import states
 from exporter.slurm.records import FinishedJob
 
 
@@ -29,7 +29,7 @@ class QueueJob:
     name: str
     user: str
     partition: str
-    state: str  # PENDING, RUNNING, ... (exporter.slurm.states)
+    state: str  # PENDING, RUNNING, ... (domain.states)
     reason: str
     submit: float | None
     eligible: float | None

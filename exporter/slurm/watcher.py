@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from exporter.slurm import parse, states
+from domain import states
+from exporter.slurm import parse
 from exporter.slurm.commands import SourceError, run
 from exporter.slurm.jobinfo import MAX_JOBS, JobInfo, Labels
 from exporter.slurm.records import FinishedJob

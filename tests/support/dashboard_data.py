@@ -10,7 +10,7 @@ from typing import IO
 
 from analytics import synthetic
 from analytics.synthetic import Fleet
-from analytics.week_data import Window
+from domain.week import Window
 from exporter.slurm.watcher import WAIT_BUCKETS
 from tests.support.clock import ANCHOR
 from tests.support.grafana_vars import RANGE_S

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from analytics import synthetic, synthetic_om
 from analytics.synthetic import Fleet
-from analytics.week_data import iso_week
+from domain.week import iso_week
 from tests.support.prometheus import PrometheusServer
 
 WEEK = "2026-W47"

@@ -17,7 +17,7 @@ from analytics.report.model import (
     StalledRow,
     VerdictRow,
 )
-from analytics.week_data import iso_week
+from domain.week import iso_week
 
 HOSTILE_USER = '<script>alert("x")</script>'
 HOSTILE_HOST = 'node"7\\|a,b'

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from analytics.sources.dcgm.labels import Device, Targets, device_of, holder, share, uuid_of
 from analytics.sources.dcgm.queries import CHEAP, COPY_WINDOW
 from analytics.sources.promapi import Series
-from analytics.week_data import Day
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import Day
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"  # %, whole GPUs only: there is none under MIG
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio, of the GPU or of the MIG instance

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from analytics.sources.dcgm.labels import DEVICE, DRAM, ENERGY, GR, POWER, SM, TENSOR, UTIL, UUIDS
 from analytics.sources.promapi import label_value
-from analytics.week_data import Day, Window
+from domain.week import Day, Window
 from exporter.sampling.stalls import StallRule
 
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 
 from analytics.sources.dcgm.figures import Figures
 from analytics.sources.dcgm.labels import Device, host_of
-from analytics.week_data import GpuDay, GpuWeek, JobWeek
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import GpuDay, GpuWeek, JobWeek
 
 GR_ENGINE = "gr_engine_active"  # GpuWeek.busy_measure of a GPU whose busy time is GR engine activity
 

@@ -21,7 +21,7 @@ from analytics.sources.dcgm.labels import GROUP, uuid_of
 from analytics.sources.dcgm.queries import CHEAP_KINDS, Only, Queries, Reread
 from analytics.sources.promapi import PromAPI, QueryError, Series
 from analytics.sources.prometheus_slurm import scheduler_jobs
-from analytics.week_data import Day, GpuWeek, JobWeek, QueueWeek, WeekData, Window, days
+from domain.week import Day, GpuWeek, JobWeek, QueueWeek, WeekData, Window, days
 from exporter.sampling.stalls import StallRule
 
 BEFORE = 7 * 86400  # history_start: data this long before the window means it began earlier

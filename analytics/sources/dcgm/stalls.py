@@ -19,8 +19,8 @@ from typing import Any, cast
 
 from analytics.sources.dcgm.labels import Device, device_of
 from analytics.sources.promapi import RangeSeries
-from analytics.week_data import Window
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
+from domain.week import Window
 from exporter.sampling.stalls import StallRun, step
 
 MAX_STEPS = 10_000  # points per series of one range query (Prometheus refuses more than 11,000)

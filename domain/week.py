@@ -9,7 +9,7 @@ import statistics
 import zoneinfo
 from dataclasses import dataclass, field, replace
 
-from exporter.attribution.shares import JobKey
+from domain.jobs import JobKey
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class FailureWeek:
     partition: str
     finished: dict[str, int]  # state -> count
     requeued: int
-    failed_gpu_hours: float | None  # GPU-hours of jobs that ended in a failed state (exporter.slurm.states)
+    failed_gpu_hours: float | None  # GPU-hours of jobs that ended in a failed state (domain.states)
 
 
 @dataclass(frozen=True, slots=True)
