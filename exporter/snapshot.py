@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from domain.jobs import JobKey
+from exporter import facts
 from exporter.attribution.shares import JobCounters
-from exporter.readers import NO_NVML, DeviceInfo, EccErrors, PcieThroughput, RemappedRows
+from exporter.readers import NO_NVML, DeviceInfo, EccErrors, FactValue, PcieThroughput, RemappedRows
 
 P = TypeVar("P")
 
@@ -67,17 +68,41 @@ class GpuCounters:
     stalled_seconds: float | None = None  # busy time that was stalled (exporter.sampling.stalls); needs GPM
     clock_event_seconds: dict[str, float] = field(default_factory=dict)
     xid_errors: dict[int, int] = field(default_factory=dict)
+    facts: dict[str, FactValue] = field(default_factory=dict)
+    """The counters of the fact table (``exporter.facts``) by fact name, from their first reading
+    on. A per-link value is replaced, never changed in place, so a shallow copy keeps it."""
 
     def copy(self) -> GpuCounters:
         return dataclasses.replace(
-            self, clock_event_seconds=dict(self.clock_event_seconds), xid_errors=dict(self.xid_errors)
+            self,
+            clock_event_seconds=dict(self.clock_event_seconds),
+            xid_errors=dict(self.xid_errors),
+            facts=dict(self.facts),
         )
 
 
-ROLLUP_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in fields(GpuCounters) if f.name not in ("clock_event_seconds", "xid_errors")
+COUNTER_COLUMNS: tuple[str, ...] = (
+    "sampled_seconds",
+    "busy_seconds",
+    "sm_active_seconds",
+    "tensor_active_seconds",
+    "dram_active_seconds",
+    "energy_joules",
+    "allocated_seconds",
+    "allocated_idle_seconds",
+    "stalled_seconds",
 )
-"""The counters that the history stores per GPU and minute."""
+"""The ``GpuCounters`` fields the history stores, named as their columns (schema v1 and v4)."""
+
+ROLLUP_FIELDS: tuple[str, ...] = COUNTER_COLUMNS + tuple(str(f.history) for f in facts.HISTORY)
+"""The history's ``gpu_minutes`` columns after uuid and minute, in order: listed, never reflected
+from a dataclass; each column a migration added (``exporter/history/schema.py``)."""
+
+
+def _total(v: FactValue | None) -> float:
+    if v is None:
+        return 0.0
+    return sum(v.values()) if isinstance(v, Mapping) else float(v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +116,12 @@ class MinuteRow:
 
 def minute_row(minute: int, info: DeviceInfo, now: GpuCounters, base: GpuCounters) -> MinuteRow:
     values: dict[str, float | None] = {}
-    for name in ROLLUP_FIELDS:
+    for name in COUNTER_COLUMNS:
         a, b = getattr(now, name), getattr(base, name)
         values[name] = None if a is None else a - (b or 0.0)
+    for f in facts.HISTORY:  # a per-link counter's column holds the sum over the links
+        v = now.facts.get(f.name)
+        values[str(f.history)] = None if v is None else _total(v) - _total(base.facts.get(f.name))
     return MinuteRow(minute=minute, info=info, values=values)
 
 
@@ -140,6 +168,9 @@ class GpuSnapshot:
     health: GpuHealth
     counters: GpuCounters
     jobs: Mapping[JobKey, JobCounters] = field(default_factory=dict)
+    facts: Mapping[str, FactValue] = field(default_factory=dict)
+    """The fact table's values by fact name: a gauge as last read, a counter's total (as in
+    ``counters.facts``). Absent: never read, or this GPU has no such fact."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from exporter.benchmarks.results import (
 )
 from exporter.benchmarks.state import BenchSnapshot
 from exporter.history.metrics import HistoryStats
-from exporter.readers import EccErrors, GpmActivity, GpuLost, Process, RemappedRows
+from exporter.readers import EccErrors, GpmActivity, GpuLost, Grows, Process, RemappedRows
 from exporter.readers.fake import FakeReader
 from exporter.sampling.job_metrics import KubeletStatus
 from exporter.scrape import render as rendering
@@ -46,8 +46,8 @@ GOLDEN = REPO / "tests" / "golden" / "exposition.prom"
 
 
 def fixed_snapshot() -> Snapshot:
-    """A fake 3-GPU node in a known state: one busy with GPM, one throttled with XIDs and
-    ECC errors, one lost; a hostile hostname to exercise label escaping."""
+    """A fake 3-GPU node in a known state: one busy with GPM and NVLink, one throttled with XIDs
+    and ECC errors, one lost; a hostile hostname to exercise label escaping."""
     r = FakeReader(3)
     g0, g1, _ = r.gpus
     g0.util, g0.gpm = 0.75, GpmActivity(sm=0.5, tensor=0.25, dram=0.125, sm_occupancy=0.1)
@@ -57,6 +57,8 @@ def fixed_snapshot() -> Snapshot:
     g1.clock_event_reasons = 0x4
     g1.ecc = EccErrors(corrected=3, uncorrected=1)
     g1.remapped = RemappedRows(correctable=2, uncorrectable=1, pending=True, failed=False)
+    g0.nvlinks = 2  # NVLink: per-link traffic, state and errors (the others have none: absent)
+    g1.facts["power_violation_seconds"] = Grows(0.25)  # the power cap held its clocks a quarter of the time
     s = make_sampler(r, hostname='node "7"\\rack\nb')
     s._wall = lambda: 1_796_000_000.0
     s.tick()

@@ -8,7 +8,8 @@ changing the list would silently rewrite an old version. To change the schema, a
 version at the end:
 
 - a new counter is ``ALTER TABLE gpu_minutes ADD COLUMN <name> REAL`` (NULL in older rows means
-  "not measured", which every read already handles);
+  "not measured", which every read already handles), its name the fact row's ``history`` column
+  (``exporter/facts``) or one of ``snapshot.COUNTER_COLUMNS``;
 - a new table or index is its ``CREATE`` statement;
 - then bump ``SCHEMA_VERSION``, rerun the tests with ``GPULEDGER_UPDATE_GOLDEN=1`` and review the
   diff of ``tests/golden/history-schema.sql``.
@@ -25,7 +26,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -115,6 +116,20 @@ dram_active_seconds REAL, energy_joules REAL, allocated_seconds REAL, allocated_
         last_minute INTEGER NOT NULL
     ) WITHOUT ROWID""",
         "CREATE INDEX job_attrs_by_last_minute ON job_attrs (last_minute)",
+    ),
+    6: (
+        # the fact table's counters (exporter/facts): PCIe and NVLink bytes (NVLink: all links),
+        # and the time each NVML performance policy held the clocks down; NULL: not measured
+        "ALTER TABLE gpu_minutes ADD COLUMN pcie_tx_bytes REAL",
+        "ALTER TABLE gpu_minutes ADD COLUMN pcie_rx_bytes REAL",
+        "ALTER TABLE gpu_minutes ADD COLUMN nvlink_tx_bytes REAL",
+        "ALTER TABLE gpu_minutes ADD COLUMN nvlink_rx_bytes REAL",
+        "ALTER TABLE gpu_minutes ADD COLUMN power_violation_seconds REAL",
+        "ALTER TABLE gpu_minutes ADD COLUMN thermal_violation_seconds REAL",
+        "ALTER TABLE gpu_minutes ADD COLUMN sync_boost_violation_seconds REAL",
+        "ALTER TABLE gpu_minutes ADD COLUMN board_limit_violation_seconds REAL",
+        "ALTER TABLE gpu_minutes ADD COLUMN low_utilization_violation_seconds REAL",
+        "ALTER TABLE gpu_minutes ADD COLUMN reliability_violation_seconds REAL",
     ),
 }
 

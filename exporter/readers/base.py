@@ -7,8 +7,11 @@ hertz, ratios in 0..1. A reader raises one of the errors below and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from exporter.readers.probes import FactValue, Probe
 
 # --- errors -------------------------------------------------------------------------------
 
@@ -26,6 +29,10 @@ class ReaderError(Exception):
         what = f"{self.call}: " if self.call else ""
         return f"{where}{what}{self.args[0]}"
 
+    def renamed(self, call: str) -> ReaderError:
+        """The same failure told for another call (a batch's failure, per fact it was to read)."""
+        return type(self)(str(self.args[0]), call=call, gpu=self.gpu)
+
 
 class NotSupported(ReaderError):
     """The device or driver cannot answer this call; the sampler stops asking."""
@@ -42,6 +49,14 @@ class ReaderUnavailable(ReaderError):
     def __init__(self, message: str, *, call: str = "", gpu: int | None = None, library_missing: bool = False) -> None:
         super().__init__(message, call=call, gpu=gpu)
         self.library_missing = library_missing
+
+    def renamed(self, call: str) -> ReaderError:
+        return ReaderUnavailable(str(self.args[0]), call=call, gpu=self.gpu, library_missing=self.library_missing)
+
+
+def fatal(e: ReaderError) -> bool:
+    """An error that ends the round for its GPU (``GpuLost``) or for the reader (``ReaderUnavailable``)."""
+    return isinstance(e, GpuLost | ReaderUnavailable)
 
 
 # --- values -------------------------------------------------------------------------------
@@ -135,6 +150,10 @@ class XidEvent:
 UtilSample = tuple[int, float]
 """One entry of the utilisation samples buffer: (timestamp in µs, share busy 0..1)."""
 
+Readout = dict[str, FactValue | ReaderError]
+"""``Reader.read_facts``' answer: by fact name, the value, or the error reading it gave
+(``NotSupported``: this GPU has no such fact, and the sampler stops asking)."""
+
 
 # --- the interface ------------------------------------------------------------------------
 
@@ -190,6 +209,12 @@ class Reader(Protocol):
     def pcie_throughput(self, index: int) -> PcieThroughput: ...
     def wait_xid(self, timeout_seconds: float) -> list[XidEvent]:
         """Block up to ``timeout_seconds`` for XID events; NotSupported if none can be watched."""
+        ...
+
+    def read_facts(self, index: int, probes: Sequence[Probe]) -> Readout:
+        """Read facts of the table (``exporter.facts``) in as few calls as the source allows (NVML:
+        every field value in one ``nvmlDeviceGetFieldValues``). Each fact's value or error; raises
+        only ``GpuLost`` and ``ReaderUnavailable``, which end the round for the GPU or the reader."""
         ...
 
 

@@ -11,8 +11,8 @@ import bisect
 import codecs
 import itertools
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from daemonkit.settings import ConfigError
 from exporter.readers import capture_schema as schema
+from exporter.readers.probes import FactValue
 
 BUNDLED = "h200-phases.jsonl"
 MAX_LINE = 4 * 2**20  # bytes in one line (the bundled capture's longest: 2 kB)
@@ -68,6 +69,7 @@ class Record:
     process_util: tuple[tuple[int, float, float], ...]  # pid, SM share, memory share
     gpm: Gpm | None
     ecc_uncorrected: int | None
+    facts: Mapping[str, FactValue] = field(default_factory=dict)  # facts of the table (exporter.facts) by name
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,14 @@ class Capture:
     samples: tuple[tuple[float, float], ...]  # (epoch seconds, share busy) inside (t0, t1]
     offsets: tuple[float, ...]  # record times minus t0, for bisection
     sample_offsets: tuple[float, ...]  # sample times minus t0
+    fact_names: frozenset[str] = frozenset()  # the facts any record holds; the others are absent
+
+    def fact_loop(self, name: str) -> FactValue:
+        """A counter's increase over the capture, first record to last (0 where either lacks it)."""
+        a, b = self.records[0].facts.get(name), self.records[-1].facts.get(name)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            return {k: v - a[k] for k, v in b.items() if k in a}
+        return b - a if isinstance(a, float) and isinstance(b, float) else 0.0
 
     @property
     def t0(self) -> float:
@@ -164,7 +174,8 @@ def _load(path: Path, lines: Iterator[tuple[int, str, bool]]) -> Capture:
     kept = sorted({s for s in samples if t0 < s[0] <= t1})
     offsets = tuple(r.t - t0 for r in records)
     sample_offsets = tuple(s[0] - t0 for s in kept)
-    return Capture(str(path), static, tuple(records), tuple(kept), offsets, sample_offsets)
+    names = frozenset(k for r in records for k in r.facts)
+    return Capture(str(path), static, tuple(records), tuple(kept), offsets, sample_offsets, names)
 
 
 def _json(path: Path, n: int, line: str, whole: bool) -> dict[str, Any]:
@@ -240,4 +251,5 @@ def _record(raw: schema.RecordLine) -> Record:
         process_util=tuple((int(p[0]), p[1] / 100, p[2] / 100) for p in pu) if isinstance(pu, list) else (),
         gpm=gpm,
         ecc_uncorrected=raw.ecc_uncorrected_volatile,
+        facts={k: v if isinstance(v, float) else {int(x): y for x, y in v.items()} for k, v in raw.facts.items()},
     )

@@ -24,6 +24,9 @@ Pid = Annotated[int, Field(ge=0, le=2**32)]
 Watts = Annotated[float, _num(1e8)]  # milliwatts: 100 kW
 MHz = Annotated[float, _num(1e6)]
 Text = Annotated[str, Field(max_length=256)]
+FactName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")]  # a row's name in exporter/facts
+FactNumber = Annotated[float, _num(1e20)]
+Links = Annotated[dict[Annotated[str, Field(pattern=r"^[0-9]{1,2}$")], FactNumber], Field(max_length=64)]
 _Pair = BeforeValidator(lambda v: tuple(v) if isinstance(v, list) else v)  # JSON has arrays, not tuples
 
 
@@ -69,6 +72,7 @@ class RecordLine(_Line):
     proc_util: Annotated[list[ProcUtil], Field(max_length=4096)] | Text | None = None  # or NVML's error text
     gpm: GpmLine | Text | None = None  # or NVML's error text
     ecc_uncorrected_volatile: Count | None = None
+    facts: Annotated[dict[FactName, FactNumber | Links], Field(max_length=256)] = {}  # facts of the table, by name
 
     @model_validator(mode="after")
     def _proc_util(self) -> RecordLine:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from exporter.readers.base import (
@@ -18,7 +18,6 @@ from exporter.readers.base import (
     DriverInfo,
     EccErrors,
     GpmActivity,
-    GpuLost,
     Memory,
     NotSupported,
     PcieThroughput,
@@ -26,11 +25,15 @@ from exporter.readers.base import (
     ProcessUtil,
     ReaderError,
     ReaderUnavailable,
+    Readout,
     RemappedRows,
     Utilization,
     UtilSample,
     XidEvent,
 )
+from exporter.readers.nvml_errors import translate
+from exporter.readers.nvml_fields import FieldReads
+from exporter.readers.probes import Call, Probe
 
 T = TypeVar("T")
 
@@ -61,6 +64,7 @@ class NvmlReader:
         self._n = nvml  # injectable for tests; the real module otherwise
         self._handles: list[Any] = []
         self._gpm_samples: dict[int, tuple[Any, Any, bool]] = {}
+        self._fields = FieldReads()
         self._events: Any = None
         self._events_uuids: set[str] = set()
         self._events_lock = threading.Lock()  # close() must not free the set under a waiter
@@ -81,6 +85,7 @@ class NvmlReader:
             raise self._translate(e, "open", None) from e
         self._handles = []
         self._gpm_samples = {}
+        self._fields = FieldReads()
         driver = self._call("open", None, n.nvmlSystemGetDriverVersion)
         try:
             version = _text(n.nvmlSystemGetNVMLVersion())
@@ -117,6 +122,7 @@ class NvmlReader:
         n = self.n
         self._handles[index] = self._call("device", index, n.nvmlDeviceGetHandleByIndex, index)
         self._gpm_samples.pop(index, None)
+        self._fields.forget(index)
         return self._info(index, "device")
 
     # --- fast readings ------------------------------------------------------------------
@@ -259,6 +265,18 @@ class NvmlReader:
         rx = self._dev("pcie_throughput", index, n.nvmlDeviceGetPcieThroughput, n.NVML_PCIE_UTIL_RX_BYTES)
         return PcieThroughput(tx_bytes_per_second=tx * 1024.0, rx_bytes_per_second=rx * 1024.0)
 
+    def read_facts(self, index: int, probes: Sequence[Probe]) -> Readout:
+        if not 0 <= index < len(self._handles):
+            return {p.name: ReaderError(f"no GPU with index {index}", call=p.name, gpu=index) for p in probes}
+        n, handle = self.n, self._handles[index]
+        out: Readout = {
+            p.name: self._fields.call(n, handle, index, p, p.nvml) for p in probes if isinstance(p.nvml, Call)
+        }
+        fields = [p for p in probes if not isinstance(p.nvml, Call)]
+        if fields:
+            out.update(self._fields.read(n, handle, index, fields))
+        return out
+
     def wait_xid(self, timeout_seconds: float) -> list[XidEvent]:
         n = self.n
         with self._events_lock:
@@ -324,30 +342,7 @@ class NvmlReader:
             raise self._translate(e, call, index) from e
 
     def _translate(self, e: Any, call: str, index: int | None) -> ReaderError:
-        n = self.n
-        code = getattr(e, "value", None)
-        msg = str(e)
-        if code in (
-            n.NVML_ERROR_NOT_SUPPORTED,
-            n.NVML_ERROR_FUNCTION_NOT_FOUND,
-            n.NVML_ERROR_NO_PERMISSION,
-        ):
-            return NotSupported(msg, call=call, gpu=index)
-        if code in (
-            n.NVML_ERROR_GPU_IS_LOST,
-            n.NVML_ERROR_RESET_REQUIRED,
-            getattr(n, "NVML_ERROR_GPU_NOT_FOUND", -1),
-        ):
-            return GpuLost(msg, call=call, gpu=index)
-        if code == n.NVML_ERROR_LIBRARY_NOT_FOUND:
-            return ReaderUnavailable(msg, call=call, gpu=index, library_missing=True)
-        if code in (
-            n.NVML_ERROR_UNINITIALIZED,
-            n.NVML_ERROR_DRIVER_NOT_LOADED,
-            n.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
-        ):
-            return ReaderUnavailable(msg, call=call, gpu=index)
-        return ReaderError(msg, call=call, gpu=index)
+        return translate(self.n, getattr(e, "value", None), str(e), call, index)
 
 
 def _mem(v: Any) -> int | None:

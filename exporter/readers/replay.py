@@ -13,7 +13,7 @@ import bisect
 import math
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from exporter.readers import capture as cap
@@ -29,11 +29,13 @@ from exporter.readers.base import (
     Process,
     ProcessUtil,
     ReaderError,
+    Readout,
     RemappedRows,
     Utilization,
     UtilSample,
     XidEvent,
 )
+from exporter.readers.probes import FactValue, Probe
 
 _NAMESPACE = uuidlib.UUID("6c1d3c52-5a0e-4f51-9a43-6f2b7f6b1e20")
 
@@ -193,6 +195,31 @@ class ReplayReader:
 
     def wait_xid(self, timeout_seconds: float) -> list[XidEvent]:
         raise NotSupported("captures hold no XID events", call="wait_xid")
+
+    def read_facts(self, index: int, probes: Sequence[Probe]) -> Readout:
+        """A fact the capture holds in no record is NotSupported (absent, not zero: the bundled
+        capture holds none); a looping counter adds the capture's increase at each loop."""
+        return {p.name: self._fact(index, p) for p in probes}
+
+    def _fact(self, index: int, p: Probe) -> FactValue | ReaderError:
+        c = self.capture
+        try:
+            r = self._record(index, p.name)
+        except ReaderError as e:
+            return e
+        if p.name not in c.fact_names:
+            return NotSupported("not in the capture", call=p.name, gpu=index)
+        v = r.facts.get(p.name)
+        if v is None:
+            return ReaderError("not in this sample of the capture", call=p.name, gpu=index)
+        loops = math.floor(self.position(index) / c.duration) if p.counter and self._loop else 0
+        if not loops:
+            return v
+        inc = c.fact_loop(p.name)
+        if isinstance(v, Mapping):
+            per = inc if isinstance(inc, Mapping) else {}
+            return {k: x + loops * per.get(k, 0.0) for k, x in v.items()}
+        return v + loops * (inc if isinstance(inc, float) else 0.0)
 
     # --- helpers ------------------------------------------------------------------------
 

@@ -8,12 +8,13 @@ interval alone, so ``rate(x) / rate(sampled)`` is the exact time-weighted mean o
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from domain.jobs import JobKey
+from exporter.facts import Fact
 from exporter.readers import CLOCK_EVENT_REASONS, GpmActivity, Process, ProcessUtil, Reader, UtilSample
-from exporter.sampling import stalls
+from exporter.sampling import fact_reads, stalls
 from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, call
 from exporter.snapshot import GpuGauges
 
@@ -27,10 +28,12 @@ class FastReading:
     processes: int | None
     procs: list[Process] | None = None
     proc_util: list[ProcessUtil] | None = None
+    facts: fact_reads.FactReading | None = None  # the fact table's fast-lane facts
 
 
-def read(reader: Reader, gpu: TrackedGpu, errors: ErrorBook) -> FastReading:
-    """Read one GPU. Raises GpuLost / ReaderUnavailable; other failures leave fields None."""
+def read(reader: Reader, gpu: TrackedGpu, errors: ErrorBook, facts: Sequence[Fact] = ()) -> FastReading:
+    """Read one GPU, and ``facts`` (the table's fast lane) in one more reader call where there are
+    any. Raises GpuLost / ReaderUnavailable; other failures leave fields None."""
     i = gpu.info.index
     util = call(gpu, "utilization", lambda: reader.utilization(i), errors)
     samples = call(
@@ -47,6 +50,7 @@ def read(reader: Reader, gpu: TrackedGpu, errors: ErrorBook) -> FastReading:
     procs = call(gpu, "processes", lambda: reader.processes(i), errors)
     gpm = call(gpu, "gpm", lambda: reader.gpm(i), errors)
     proc_util = call(gpu, "process_utilization", lambda: reader.process_utilization(i), errors) if procs else None
+    table = fact_reads.read(reader, gpu, facts, errors) if facts else None
     t = reader.now()
 
     busy: float | None = None
@@ -75,6 +79,7 @@ def read(reader: Reader, gpu: TrackedGpu, errors: ErrorBook) -> FastReading:
         processes=gauges.processes,
         procs=procs,
         proc_util=proc_util,
+        facts=table,
     )
 
 
@@ -88,6 +93,8 @@ def integrate(gpu: TrackedGpu, r: FastReading, *, max_gap: float, idle_below: fl
     """Fold one reading into ``gpu``'s counters (caller holds the sampler lock). Returns the
     interval it covered, or None when it covered none."""
     gpu.gauges = r.gauges
+    if r.facts is not None:
+        fact_reads.fold(gpu, r.facts)
     prev_t, gpu.last_t = gpu.last_t, r.t
     prev_power, gpu.last_power = gpu.last_power, r.gauges.power_watts
     c = gpu.counters

@@ -1,11 +1,13 @@
 """GPU sampling's rows of the metric table: the sampler's own health (feature ``exporter``) and
-every per-GPU reading and counter (feature ``gpu``), read from the core snapshot."""
+every per-GPU reading and counter (feature ``gpu``), read from the core snapshot; the ``gpu``
+feature ends with the rows of the GPU fact table (``exporter.facts``, ``fact_metrics.ROWS``)."""
 
 from __future__ import annotations
 
 from exporter import __version__
 from exporter.readers import CLOCK_EVENT_REASONS
 from exporter.registry import Feature, MetricDef, Value, gpu_row, row
+from exporter.sampling import fact_metrics
 from exporter.snapshot import GpuSnapshot, Snapshot
 
 
@@ -137,6 +139,10 @@ GPU: Feature[object] = Feature("gpu", None, (
     gpu_row("gpuledger_gpu_processes", "gauge", "", "Compute processes on the GPU.",
             "nvmlDeviceGetComputeRunningProcesses", lambda g: g.gauges.processes),
     gpu_row("gpuledger_gpu_pcie_throughput_bytes_per_second", "gauge", "bytes_per_second",
-            "PCIe throughput by direction (slow lane).", "nvmlDeviceGetPcieThroughput", _pcie, ("direction",)),
+            "PCIe throughput by direction (slow lane).",
+            "the mean rate of gpuledger_gpu_pcie_bytes_total between two reads (pcie lane); "
+            "nvmlDeviceGetPcieThroughput where NVML has no PCIe byte counter", _pcie, ("direction",)),
+    # --- the GPU fact table (exporter/facts) ---------------------------------------------------------------------
+    *fact_metrics.ROWS,
 ))
 # fmt: on

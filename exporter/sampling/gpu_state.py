@@ -12,6 +12,7 @@ from domain.jobs import JobKey
 from exporter.attribution.shares import GpuJobs, JobCounters
 from exporter.readers import (
     DeviceInfo,
+    FactValue,
     GpuLost,
     NotSupported,
     Process,
@@ -21,7 +22,16 @@ from exporter.readers import (
     XidEvent,
 )
 from exporter.sampling.stalls import StallRun
-from exporter.snapshot import GpuCounters, GpuGauges, GpuHealth, GpuSnapshot
+from exporter.snapshot import (
+    GpuCounters,
+    GpuGauges,
+    GpuHealth,
+    GpuSnapshot,
+    JobMinuteRow,
+    MinuteRow,
+    job_minute_rows,
+    minute_row,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,6 +56,9 @@ class TrackedGpu:
     # slow lane
     energy_raw: float | None = None
     due: dict[str, float] = field(default_factory=dict)
+    # the fact table (exporter.facts; counters' totals are in counters.facts)
+    fact_gauges: dict[str, FactValue] = field(default_factory=dict)  # as last read
+    fact_raw: dict[str, tuple[float, FactValue]] = field(default_factory=dict)  # counters' last reading, its time
     # idle gate (monotonic times): since when the GPU has been watched without a break, and
     # when it last had a process or utilisation at or over the gate's threshold
     observed_since: float | None = None
@@ -58,14 +71,54 @@ class TrackedGpu:
     job_minute_base: dict[JobKey, JobCounters] = field(default_factory=dict)
 
     def snapshot(self) -> GpuSnapshot:
+        counters = self.counters.copy()
         return GpuSnapshot(
             info=self.info,
             up=self.up and not self.lost,
             gauges=self.gauges,
             health=self.health,
-            counters=self.counters.copy(),
+            counters=counters,
             jobs=self.jobs.copy(),
+            facts={**self.fact_gauges, **counters.facts} if self.fact_gauges or counters.facts else {},
         )
+
+    def start_minute(self) -> None:
+        """The history's minute starts now: its increments count from these counters."""
+        self.minute_base = self.counters.copy()
+        self.job_minute_base = self.jobs.copy()
+
+    def close_minute(self, minute: int) -> list[MinuteRow | JobMinuteRow]:
+        """This GPU's and its jobs' increments in ``minute`` (none when nothing grew); the next
+        minute starts."""
+        rows: list[MinuteRow | JobMinuteRow] = []
+        row = minute_row(minute, self.info, self.counters, self.minute_base)
+        if any(v for v in row.values.values()):
+            rows.append(row)
+        rows.extend(job_minute_rows(minute, self.info.uuid, self.jobs.jobs, self.job_minute_base))
+        self.start_minute()
+        return rows
+
+    def forget_raw(self) -> None:
+        """Drop the raw counter readings (the driver reopened, the GPU was lost): the next reading
+        of each is a baseline again."""
+        self.energy_raw = None
+        self.fact_raw.clear()
+
+
+def reopened(gpus: list[TrackedGpu], devices: list[DeviceInfo]) -> list[TrackedGpu]:
+    """The GPUs after the reader (re)opened: each device found, known by UUID or new, up with its
+    raw counters forgotten; a GPU that vanished stays, down, so its series persist."""
+    known = {g.info.uuid: g for g in gpus}
+    out = []
+    for d in devices:
+        g = known.pop(d.uuid, None) or TrackedGpu(info=d)
+        g.info, g.up, g.lost, g.last_t, g.last_sample_us = d, True, False, None, 0
+        g.forget_raw()
+        out.append(g)
+    for g in known.values():
+        g.up = False
+        out.append(g)
+    return out
 
 
 class ErrorBook:

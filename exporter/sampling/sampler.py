@@ -17,10 +17,11 @@ from domain.jobs import JobKey
 from exporter.attribution.attributor import Attribution
 from exporter.attribution.procfs import Owner
 from exporter.attribution.shares import shares
+from exporter.facts import FACTS, Fact
 from exporter.readers import GpuLost, Reader, ReaderError, ReaderUnavailable, XidEvent, source_name
 from exporter.sampling import fastlane, slowlane, stalls
-from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, count_xids, idle_status, watch_xids
-from exporter.snapshot import EMPTY, JobMinuteRow, MinuteRow, Snapshot, by_type, job_minute_rows, minute_row
+from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, count_xids, idle_status, reopened, watch_xids
+from exporter.snapshot import EMPTY, JobMinuteRow, MinuteRow, Snapshot, by_type
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class SamplerOptions:
     gate_below: float = 0.05  # idle gate: utilisation under this (and no process) is idle
     job_grace: float = 600.0  # a job's series stay this long after it left its GPU
     stall: stalls.StallRule = field(default_factory=stalls.StallRule)  # what counts as stalled busy time
+    facts: tuple[Fact, ...] = FACTS  # the fact table the lanes read (exporter.facts)
 
 
 class Sampler:
@@ -79,6 +81,8 @@ class Sampler:
         self._failed_rounds = 0  # consecutive fast-lane rounds that raised (on any GPU)
         self._failure = ""  # the latest round's error
         self._logged: set[tuple[str, str]] = set()  # failures logged with a traceback (_log_failure)
+        self._fast_facts = tuple(f for f in self.opt.facts if f.lane == "fast")
+        self._slow_facts = tuple(f for f in self.opt.facts if f.lane != "fast")
 
     # --- public -------------------------------------------------------------------------
 
@@ -99,11 +103,7 @@ class Sampler:
     def start(self) -> None:
         self._stop.clear()
         self.tick()
-        for name, target in (
-            ("fast", self._run_fast),
-            ("slow", self._run_slow),
-            ("xid", self._run_xid),
-        ):
+        for name, target in (("fast", self._run_fast), ("slow", self._run_slow), ("xid", self._run_xid)):
             th = threading.Thread(target=target, name=f"gpuledger-{name}", daemon=True)
             th.start()
             self._threads.append(th)
@@ -161,7 +161,8 @@ class Sampler:
             self.attribution.refresh_pods()
         with self._lock:
             gpus = [g for g in self._gpus if g.up and not g.lost]
-        self._each(gpus, lambda g: slowlane.read(self.reader, g, self.opt.cadence, now, self.errors), slowlane.apply)
+        cadence, facts = self.opt.cadence, self._slow_facts
+        self._each(gpus, lambda g: slowlane.read(self.reader, g, cadence, now, self.errors, facts), slowlane.apply)
 
     # --- fast lane ----------------------------------------------------------------------
 
@@ -173,7 +174,7 @@ class Sampler:
         max_gap = self.opt.gap_factor * self.opt.interval * self.reader.time_scale
 
         def read(g: TrackedGpu) -> tuple[fastlane.FastReading, dict[int, Owner | None]]:
-            r = fastlane.read(self.reader, g, self.errors)
+            r = fastlane.read(self.reader, g, self.errors, self._fast_facts)
             pids = [p.pid for p in r.procs or []]
             return r, self.attribution.owners(pids) if self.attribution is not None and pids else {}
 
@@ -271,26 +272,11 @@ class Sampler:
             self._retry_delay = min(self._retry_delay * 2, self.opt.nvml_retry_max)
             return False
         with self._lock:
-            known = {g.info.uuid: g for g in self._gpus}
-            gpus = []
-            for d in devices:
-                g = known.pop(d.uuid, None) or TrackedGpu(info=d)
-                g.info, g.up, g.lost, g.last_t, g.energy_raw = d, True, False, None, None
-                g.last_sample_us = 0
-                gpus.append(g)
-            for g in known.values():  # a GPU that vanished stays, down, so its series persist
-                g.up = False
-                gpus.append(g)
-            self._gpus = gpus
+            self._gpus = reopened(self._gpus, devices)
             self._driver = driver.driver_version
             self._nvml_up, self._down = True, ""
-        log.info(
-            "%s reader up: driver %s, %d GPU(s): %s",
-            self.reader.kind,
-            driver.driver_version,
-            len(devices),
-            ", ".join(f"{d.index}={d.model} {d.uuid}" for d in devices) or "none",
-        )
+        found = ", ".join(f"{d.index}={d.model} {d.uuid}" for d in devices) or "none"
+        log.info("%s reader up: driver %s, %d GPU(s): %s", self.reader.kind, driver.driver_version, len(devices), found)
         self._retry_delay, self._warned_down = 1.0, False
         return True
 
@@ -314,7 +300,7 @@ class Sampler:
         if not g.lost:
             log.error("gpu %d (%s) lost: %s; the other GPUs keep exporting", g.info.index, g.info.uuid, e)
         g.lost, g.up, g.last_t, g.observed_since = True, False, None, None
-        g.energy_raw = None
+        g.forget_raw()
         g.retry_at = time.monotonic() + self.opt.lost_retry
 
     def _try_recover(self, g: TrackedGpu) -> bool:
@@ -345,8 +331,7 @@ class Sampler:
             if self._minute is None:
                 self._minute = minute
                 for g in self._gpus:
-                    g.minute_base = g.counters.copy()
-                    g.job_minute_base = g.jobs.copy()
+                    g.start_minute()
             elif minute != self._minute:
                 self._close_minute(minute)
 
@@ -354,14 +339,7 @@ class Sampler:
         """Emit each GPU's increments for the current minute (caller holds the lock)."""
         if self._minute is None:
             return
-        rows: list[MinuteRow | JobMinuteRow] = []
-        for g in self._gpus:
-            row = minute_row(self._minute, g.info, g.counters, g.minute_base)
-            g.minute_base = g.counters.copy()
-            if any(v for v in row.values.values()):
-                rows.append(row)
-            rows.extend(job_minute_rows(self._minute, g.info.uuid, g.jobs.jobs, g.job_minute_base))
-            g.job_minute_base = g.jobs.copy()
+        rows = [row for g in self._gpus for row in g.close_minute(self._minute)]
         self._minute = next_minute
         if rows and self._minute_sink is not None:
             self._minute_sink(rows)

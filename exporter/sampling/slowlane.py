@@ -1,17 +1,23 @@
 """The slow lane: expensive or rarely changing reads at their own cadence, off the fast tick.
 
 On an H200 the energy counter costs ~4 ms and PCIe throughput ~21 ms per direction (it blocks
-for its sampling window); reading them every second on 8 GPUs would stretch every tick.
+for its sampling window); reading them every second on 8 GPUs would stretch every tick. The fact
+table's facts of the due cadences (``exporter.facts``: lanes energy, health, pcie) are read in one
+more call per GPU; PCIe throughput is their PCIe counters' mean rate between two reads, and the
+blocking call is asked only of a GPU without those counters.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from exporter.readers import Reader
+from exporter.facts import Fact, pcie
+from exporter.readers import PcieThroughput, Reader
+from exporter.sampling import fact_reads
 from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, call
 from exporter.snapshot import GpuHealth
 
@@ -31,6 +37,7 @@ class SlowReading:
     energy_raw: float | None = None
     energy_unsupported: bool = False
     health: GpuHealth = dataclasses.field(default_factory=GpuHealth)  # read this round; None: not due or failed
+    facts: fact_reads.FactReading | None = None  # the fact table's facts of the cadences due
 
 
 def due(gpu: TrackedGpu, what: str, every: float, now: float) -> bool:
@@ -42,25 +49,44 @@ def due(gpu: TrackedGpu, what: str, every: float, now: float) -> bool:
     return False
 
 
-def read(reader: Reader, gpu: TrackedGpu, cadence: Cadence, now: float, errors: ErrorBook) -> SlowReading:
-    """Read what is due for one GPU. Raises GpuLost / ReaderUnavailable."""
+def read(
+    reader: Reader, gpu: TrackedGpu, cadence: Cadence, now: float, errors: ErrorBook, facts: Sequence[Fact] = ()
+) -> SlowReading:
+    """Read what is due for one GPU, ``facts`` (the table's slow lanes) of the due cadences in one
+    call. Raises GpuLost / ReaderUnavailable."""
     i = gpu.info.index
     out = SlowReading()
-    if due(gpu, "energy", cadence.energy, now) and not gpu.energy_from_power:
-        out.energy_raw = call(gpu, "energy_joules", lambda: reader.energy_joules(i), errors)
-        out.energy_unsupported = "energy_joules" in gpu.unsupported
+    lanes: set[str] = set()
+    if due(gpu, "energy", cadence.energy, now):
+        lanes.add("energy")
+        if not gpu.energy_from_power:
+            out.energy_raw = call(gpu, "energy_joules", lambda: reader.energy_joules(i), errors)
+            out.energy_unsupported = "energy_joules" in gpu.unsupported
     h = GpuHealth()
     if due(gpu, "health", cadence.health, now):
+        lanes.add("health")
         h = GpuHealth(
             power_limit_watts=call(gpu, "power_limit_watts", lambda: reader.power_limit_watts(i), errors),
             ecc=call(gpu, "ecc_errors", lambda: reader.ecc_errors(i), errors),
             remapped=call(gpu, "remapped_rows", lambda: reader.remapped_rows(i), errors),
         )
     if due(gpu, "pcie", cadence.pcie, now):
-        pcie = call(gpu, "pcie_throughput", lambda: reader.pcie_throughput(i), errors)
-        h = dataclasses.replace(h, pcie=pcie)
+        lanes.add("pcie")
+    out.facts = fact_reads.read(reader, gpu, [f for f in facts if f.lane in lanes], errors) if lanes else None
+    if "pcie" in lanes and not _pcie_counted(gpu, facts):
+        h = dataclasses.replace(h, pcie=call(gpu, "pcie_throughput", lambda: reader.pcie_throughput(i), errors))
     out.health = h
     return out
+
+
+def _pcie_counted(gpu: TrackedGpu, facts: Sequence[Fact]) -> bool:
+    """Whether the table's PCIe byte counters answer for this GPU (the throughput is theirs)."""
+    return all(f in facts and f.name not in gpu.unsupported for f in (pcie.TX, pcie.RX))
+
+
+def _rate(grew: fact_reads.Increase) -> float:
+    inc, seconds = grew
+    return (sum(inc.values()) if isinstance(inc, Mapping) else inc) / seconds
 
 
 def _newer(old: T | None, new: T | None) -> T | None:
@@ -69,6 +95,12 @@ def _newer(old: T | None, new: T | None) -> T | None:
 
 def apply(gpu: TrackedGpu, r: SlowReading) -> None:
     """Fold a slow reading into ``gpu`` (caller holds the sampler lock)."""
+    new = r.health
+    if r.facts is not None:
+        grew = fact_reads.fold(gpu, r.facts)
+        tx, rx = grew.get(pcie.TX.name), grew.get(pcie.RX.name)
+        if tx is not None and rx is not None:  # the PCIe throughput is the counters' mean rate
+            new = dataclasses.replace(new, pcie=PcieThroughput(_rate(tx), _rate(rx)))
     if r.energy_unsupported and not gpu.energy_from_power:
         log.info("gpu %d: no energy counter; integrating power instead", gpu.info.index)
         gpu.energy_from_power = True
@@ -82,7 +114,7 @@ def apply(gpu: TrackedGpu, r: SlowReading) -> None:
             gpu.jobs.apportion_energy(r.energy_raw - gpu.energy_raw)
         # a counter that went backwards (driver reload) restarts from the new value
         gpu.energy_raw = r.energy_raw
-    old, new = gpu.health, r.health
+    old = gpu.health
     gpu.health = GpuHealth(
         power_limit_watts=_newer(old.power_limit_watts, new.power_limit_watts),
         ecc=_newer(old.ecc, new.ecc),

@@ -70,6 +70,34 @@ def write_extras(f: Fleet, out: IO[str], step: int = 60) -> None:
                 {**base, "direction": direction},
                 ((t, rate * (1 + 0.1 * math.sin(t / 600))) for t in times),
             )
+        for direction, rate in (("tx", 2e9), ("rx", 5e8)):  # the byte counters behind the same rates
+            _series(
+                out,
+                "gpuledger_gpu_pcie_bytes_total",
+                {**base, "direction": direction},
+                ((t, rate * (t - times[0])) for t in times),
+            )
+        _series(out, "gpuledger_gpu_pcie_replays_total", base, ((t, 0.0) for t in times))
+        if host == f.devices[0][0]:  # the first host's GPUs have NVLink (two links each), the other's none
+            for link in ("0", "1"):
+                at = {**base, "link": link}
+                for direction in ("tx", "rx"):
+                    _series(
+                        out,
+                        "gpuledger_gpu_nvlink_bytes_total",
+                        {**at, "direction": direction},
+                        ((t, 4e9 * (t - times[0])) for t in times),
+                    )
+                _series(out, "gpuledger_gpu_nvlink_state", at, ((t, 1.0) for t in times))
+                for error in ("crc", "replay", "recovery"):
+                    _series(out, "gpuledger_gpu_nvlink_errors_total", {**at, "error": error}, ((t, 0.0) for t in times))
+        for policy, share in (("power", 0.05), ("thermal", 0.0), ("sync_boost", 0.0), ("board_limit", 0.0)):
+            _series(
+                out,
+                "gpuledger_gpu_violation_seconds_total",
+                {**base, "policy": policy},
+                ((t, share * (t - times[0])) for t in times),
+            )
         for cause, rows in (("correctable", n % 2), ("uncorrectable", 0)):
             _series(out, "gpuledger_gpu_remapped_rows", {**base, "cause": cause}, ((t, rows) for t in times))
         _series(out, "gpuledger_gpu_row_remap_pending", base, ((t, 0.0) for t in times))

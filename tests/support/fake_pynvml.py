@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+from collections import Counter
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -21,8 +22,33 @@ STATIC = LINES[0]["static"]
 REC = LINES[25]  # the matmul phase: busy, tensor cores active
 
 
+ULL, UINT = real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, real.NVML_VALUE_TYPE_UNSIGNED_INT
+FIELDS: dict[int, tuple[int, int]] = {  # field id -> (value type, value) of every GPU; absent: NOT_SUPPORTED
+    real.NVML_FI_DEV_PCIE_COUNT_TX_BYTES: (ULL, 10_000_000),
+    real.NVML_FI_DEV_PCIE_COUNT_RX_BYTES: (ULL, 20_000_000),
+    real.NVML_FI_DEV_PCIE_REPLAY_COUNTER: (ULL, 3),
+    real.NVML_FI_DEV_PERF_POLICY_POWER: (ULL, 2_500_000_000),  # ns
+    real.NVML_FI_DEV_PERF_POLICY_THERMAL: (ULL, 0),
+    real.NVML_FI_DEV_PERF_POLICY_SYNC_BOOST: (ULL, 0),
+    real.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT: (ULL, 0),
+    real.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION: (ULL, 1_000_000_000),
+    real.NVML_FI_DEV_PERF_POLICY_RELIABILITY: (ULL, 0),
+}
+LINK_FIELDS: dict[int, tuple[int, int]] = {  # per NVLink link (the scope id), times link + 1 for the bytes
+    real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: (ULL, 1000),  # KiB
+    real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: (ULL, 2000),
+    real.NVML_FI_DEV_NVLINK_GET_STATE: (UINT, real.NVML_NVLINK_STATE_ACTIVE),
+    real.NVML_FI_DEV_NVLINK_ERROR_DL_CRC: (ULL, 0),
+    real.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: (ULL, 0),
+    real.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: (ULL, 0),
+}
+
+
+BYTE_FIELDS = {real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX}
+
+
 class FakeNvml:
-    def __init__(self, gpus: int = 2) -> None:
+    def __init__(self, gpus: int = 2, nvlinks: int = 0) -> None:
         for name in dir(real):
             if name.startswith(("NVML_", "nvmlEventType", "nvmlClocksEventReason")) or name in (
                 "NVMLError",
@@ -30,6 +56,11 @@ class FakeNvml:
             ):
                 setattr(self, name, getattr(real, name))
         self.gpus = gpus
+        self.nvlinks = nvlinks  # 0: NVLink NotSupported, as on the capture's PCIe-attached H200
+        self.fields = dict(FIELDS)
+        self.link_fields = dict(LINK_FIELDS)
+        self.field_gets = 0
+        self.asked: list[tuple[int, int]] = []  # the (field id, scope) pairs of the last field-values call
         self.fail: dict[str, int] = {}  # function name -> NVML error code to raise
         self.init_error: int | None = None
         self.events: list[tuple[int, int]] = []  # (device index, xid)
@@ -142,6 +173,35 @@ class FakeNvml:
     def nvmlDeviceGetPcieThroughput(self, h: int, counter: int) -> int:
         return 1000 if counter == real.NVML_PCIE_UTIL_TX_BYTES else 2000  # KB/s
 
+    def nvmlDeviceGetFieldValues(self, h: int, ids: list[int | tuple[int, int]]) -> Any:
+        """As the binding: an array of c_nvmlFieldValue_t, one return code per field."""
+        self._check("nvmlDeviceGetFieldValues")
+        self._h(h)
+        self.field_gets += 1
+        self.asked = [x if isinstance(x, tuple) else (x, 0) for x in ids]
+        out = (real.c_nvmlFieldValue_t * len(ids))()
+        for v, asked in zip(out, ids, strict=True):
+            fid, scope = asked if isinstance(asked, tuple) else (asked, 0)
+            v.fieldId, v.scopeId = fid, scope
+            got = self._field(fid, scope)
+            v.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED if got is None else real.NVML_SUCCESS
+            if got is not None:
+                v.valueType = got[0]
+                if got[0] == UINT:
+                    v.value.uiVal = got[1]
+                else:
+                    v.value.ullVal = got[1]
+        return out
+
+    def _field(self, fid: int, scope: int) -> tuple[int, int] | None:
+        if fid == real.NVML_FI_DEV_NVLINK_LINK_COUNT:
+            return (UINT, self.nvlinks) if self.nvlinks else None
+        if fid in self.link_fields:
+            kind, value = self.link_fields[fid]
+            scaled = value * (scope + 1) if fid in BYTE_FIELDS else value
+            return (kind, scaled) if scope < self.nvlinks else None
+        return self.fields.get(fid)
+
     # --- GPM ----------------------------------------------------------------------------
     def nvmlGpmQueryDeviceSupport(self, h: int) -> Any:
         self._check("nvmlGpmQueryDeviceSupport")
@@ -187,3 +247,22 @@ class FakeNvml:
             raise real.NVMLError(real.NVML_ERROR_TIMEOUT)
         idx, xid = self.events.pop(0)
         return SimpleNamespace(device=idx, eventType=real.nvmlEventTypeXidCriticalError, eventData=xid)
+
+
+class CountingNvml:
+    """A FakeNvml whose NVML function calls are counted by name (constants pass through)."""
+
+    def __init__(self, inner: FakeNvml) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.inner, name)
+        if not (name.startswith("nvml") and callable(value)) or name in ("nvmlInit", "nvmlShutdown"):
+            return value
+
+        def counted(*args: Any) -> Any:
+            self.calls[name] += 1
+            return value(*args)
+
+        return counted
