@@ -6,19 +6,26 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic.functional_validators import AfterValidator
 
 from analytics.cost import CostModel
-from analytics.report.build import GROUP_BY, GROUPINGS, LABEL
+from analytics.report import groupings
+from analytics.report.groupings import LABEL
 from analytics.report.output import FORMATS
 from daemonkit import crontab
 from daemonkit.settings import check_timezone, split_listen
 from exporter.config import MAX_LABEL_VALUE, Settings, check_label_value
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_BUDGETED = ", ".join(groupings.names(lambda g: g.budgets))  # the groupings [budgets] rules may name
+
+
+def _statement_grouping(v: str) -> str:
+    return groupings.check(v, lambda g: bool(g.statement)).name
 
 
 class _Section(BaseModel):
@@ -143,8 +150,11 @@ class PrometheusSettings(_Section):
 
 
 class AnalyticsSettings(_Section):
-    source: Literal["prometheus", "embedded"] = Field(
-        "embedded", description="where the history comes from: embedded (the exporter's SQLite) or prometheus"
+    source: Literal["prometheus", "dcgm", "embedded"] = Field(
+        "embedded",
+        description="where the history comes from: embedded (the exporter's SQLite), prometheus (gpuledger's series "
+        "in Prometheus or a compatible store), or dcgm (NVIDIA dcgm-exporter's series there; prometheus with "
+        "prometheus.naming = dcgm says the same)",
     )
     history: Path | None = Field(
         None,
@@ -187,9 +197,9 @@ class AnalyticsSettings(_Section):
         "groups by them as label:<name>",
     )
     group_by: list[str] = Field(
-        list(GROUP_BY),
+        list(groupings.GROUP_BY),
         description="the report's groupings besides host, model, GPU and job: "
-        f"{', '.join(GROUPINGS)}, or label:<name> for one of pod_labels (e.g. label:label_team); each gets "
+        f"{', '.join(groupings.names())}, or label:<name> for one of pod_labels (e.g. label:label_team); each gets "
         "rows (a job without the attribute under (none)), a section and chart in the HTML, and /metrics gauges",
     )
     group_top_n: int = Field(
@@ -234,15 +244,12 @@ class AnalyticsSettings(_Section):
     @field_validator("group_by")
     @classmethod
     def _group_by(cls, v: list[str], info: ValidationInfo) -> list[str]:
-        labels = info.data.get("pod_labels", [])
+        read = {g.name for g in groupings.for_pod_labels(info.data.get("pod_labels", []))}
         for g in v:
-            name = g.removeprefix(LABEL)
-            if g.startswith(LABEL) and not LABEL_NAME.fullmatch(name):
-                raise ValueError(f"{g!r}: label:<name> takes a label name (e.g. label:label_team)")
-            if g.startswith(LABEL) and name not in labels:
+            groupings.check(g)
+            if g.startswith(LABEL) and g not in read:
+                name = g.removeprefix(LABEL)
                 raise ValueError(f"{g!r} groups by a pod label not read: add {name!r} to [analytics] pod_labels")
-            if not g.startswith(LABEL) and g not in GROUPINGS:
-                raise ValueError(f"unknown grouping {g!r}: choose from {list(GROUPINGS)} or label:<name>")
         return list(dict.fromkeys(v))
 
 
@@ -250,7 +257,7 @@ class StatementsSettings(_Section):
     enabled: bool = Field(
         False, description="the analytics daemon writes last month's statements at cron (by default on the 1st)"
     )
-    by: list[Literal["user", "account", "namespace"]] = Field(
+    by: list[Annotated[str, AfterValidator(_statement_grouping)]] = Field(
         ["user", "account"], description="one statement per key of each of these groupings (user, account, namespace)"
     )
     formats: list[Literal["html", "md", "csv"]] = Field(
@@ -294,7 +301,7 @@ class FocusSettings(_Section):
 
 
 class BudgetRule(_Section):
-    group: str = Field(description=f"the grouping: {', '.join(GROUPINGS)}, or label:<name> for one of pod_labels")
+    group: str = Field(description=f"the grouping: {_BUDGETED}, or label:<name> for one of pod_labels")
     key: str = Field(
         min_length=1,
         max_length=MAX_LABEL_VALUE,
@@ -314,11 +321,7 @@ class BudgetRule(_Section):
     @field_validator("group")
     @classmethod
     def _group(cls, v: str) -> str:
-        name = v.removeprefix(LABEL)
-        if v.startswith(LABEL) and not LABEL_NAME.fullmatch(name):
-            raise ValueError(f"{v!r}: label:<name> takes a label name (e.g. label:label_team)")
-        if not v.startswith(LABEL) and v not in GROUPINGS:
-            raise ValueError(f"unknown grouping {v!r}: choose from {list(GROUPINGS)} or label:<name>")
+        groupings.check(v, lambda x: x.budgets)
         return v
 
     @model_validator(mode="after")
@@ -332,7 +335,7 @@ class BudgetsSettings(_Section):
     rules: list[BudgetRule] = Field(
         [],
         description="monthly budgets, each a group (a grouping: "
-        f"{', '.join(GROUPINGS)} or label:<name>), a key of it and one amount, currency (total cost) or "
+        f"{_BUDGETED} or label:<name>), a key of it and one amount, currency (total cost) or "
         'gpu_hours (charged GPU-hours), e.g. {group = "account", key = "physics", currency = 5000}; the analytics '
         "daemon exports the calendar month's spent so far, the budget and a linear month-end forecast "
         "(gpuledger_budget_*) at each refresh",
@@ -362,9 +365,10 @@ class FullSettings(Settings):
 
     @model_validator(mode="after")
     def _budget_labels(self) -> FullSettings:
+        read = {g.name for g in groupings.for_pod_labels(self.analytics.pod_labels)}
         for r in self.budgets.rules:
             name = r.group.removeprefix(LABEL)
-            if r.group.startswith(LABEL) and name not in self.analytics.pod_labels:
+            if r.group.startswith(LABEL) and r.group not in read:
                 raise ValueError(f"budget {r.group}={r.key}: add {name!r} to [analytics] pod_labels")
         return self
 

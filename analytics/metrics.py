@@ -15,14 +15,16 @@ from prometheus_client.registry import Collector
 
 from analytics.budgets import BudgetFigure
 from analytics.cost import CostModel
+from analytics.report.groupings import is_grouping
 from analytics.report.model import CostRow, Report
 from analytics.report.useful import combined
 
 # GPUs and jobs stay in the reports (too many series); the unallocated row makes the groupings add up.
-# The groupings ([analytics] group_by: user, namespace, account, ..., label:<name>) are bounded:
-# each its top N keys by total cost and one OTHER row summing the rest (ReportCollector's top_n).
-GROUPS = ("fleet", "host", "model", "unallocated")
-UNBOUNDED = (*GROUPS, "gpu", "job")  # not a grouping: exported in full (fleet, host, model) or not at all
+# The groupings (the rows of analytics.report.groupings that [analytics] group_by chose: user,
+# namespace, account, ..., label:<name>) are bounded: each its top N keys by total cost and one
+# OTHER row summing the rest (ReportCollector's top_n). The rest (fleet, host, model, unallocated)
+# are exported in full; gpu and job not at all.
+NOT_EXPORTED = ("gpu", "job")
 OTHER = "(other)"  # the key of the row summing a grouping's keys beyond the top N
 TOP_N = 20  # [analytics] group_top_n's default
 Sample = tuple[tuple[str, ...], float]
@@ -30,7 +32,7 @@ Sample = tuple[tuple[str, ...], float]
 
 def _rows(r: Report) -> Iterator[CostRow]:
     yield r.fleet
-    yield from (row for row in r.rows if row.group not in ("gpu", "job"))
+    yield from (row for row in r.rows if row.group not in NOT_EXPORTED)
 
 
 def _other(group: str, rows: list[CostRow], min_useful_h: float = 0.0) -> CostRow:
@@ -83,13 +85,14 @@ def bounded(r: Report, top_n: int = TOP_N, min_useful_h: float = 0.0) -> Report:
     """``r`` with each grouping's rows cut to its top ``top_n`` keys by total cost (ties by key)
     and an ``(other)`` row summing the rest, so a grouping exports at most ``top_n + 1`` keys and
     still adds up; the host, model and unallocated rows as they are."""
+    chosen = {group for group in {row.group for row in r.rows} if is_grouping(group)}
     per: dict[str, list[CostRow]] = defaultdict(list)
     for row in r.rows:
-        if row.group not in UNBOUNDED:
+        if row.group in chosen:
             per[row.group].append(row)
     if all(len(rows) <= top_n for rows in per.values()):
         return r
-    kept = [row for row in r.rows if row.group in UNBOUNDED]
+    kept = [row for row in r.rows if row.group not in per]
     for group, rows in per.items():
         ranked = sorted(rows, key=lambda x: (-x.total_cost, x.key))
         kept += ranked[:top_n]

@@ -8,6 +8,7 @@ data (nothing is written); 2 invalid configuration or flags, naming which.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 from analytics import cli as analytics_cli
 from analytics.pipeline import describe, make_source
 from analytics.sources import SourceUnavailable
+from analytics.statements import statement
 from analytics.statements.job import AmbiguousJob, UnknownJob, job_figures
 from analytics.statements.locate import NotSupported, job_states
 from analytics.statements.read import read
@@ -56,9 +58,9 @@ def run_job(args: argparse.Namespace) -> int:
 
 def add_statement_arguments(p: argparse.ArgumentParser) -> None:
     who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("--user", metavar="U", help="the user's jobs")
-    who.add_argument("--account", metavar="A", help="the Slurm account's jobs")
-    who.add_argument("--namespace", metavar="N", help="the Kubernetes namespace's jobs")
+    for name in statement.names():  # --user U, --namespace N, --account A
+        g = statement.by(name)
+        who.add_argument(g.flag, dest=_dest(name), metavar=name[0].upper(), help=g.statement)
     when = p.add_mutually_exclusive_group(required=True)
     when.add_argument("--month", metavar="YYYY-MM", help="a calendar month, e.g. 2026-11")
     when.add_argument("--week", metavar="YYYY-Www", help="an ISO week, e.g. 2026-W48")
@@ -67,8 +69,12 @@ def add_statement_arguments(p: argparse.ArgumentParser) -> None:
     analytics_cli._common(p)
 
 
+def _dest(grouping: str) -> str:
+    return "statement_" + re.sub(r"\W", "_", grouping)
+
+
 def run_statement(args: argparse.Namespace) -> int:
-    grouping, key = next((g, v) for g in ("user", "account", "namespace") if (v := getattr(args, g)) is not None)
+    grouping, key = next((g, v) for g in statement.names() if (v := getattr(args, _dest(g), None)) is not None)
     try:
         s = analytics_cli.settings_from(args)
         formats: list[str] = list(s.statements.formats)

@@ -18,11 +18,13 @@ never pay more, in any column, than the GPU costs (scaled down where a source's 
 otherwise), and what no job paid is the ``unallocated`` row. Users + unallocated = jobs +
 unallocated = hosts = fleet.
 
-Groupings (``group_by``, from ``[analytics] group_by``): the job groupings (user, namespace,
-account, partition, qos, ``label:<name>`` for a chosen pod label) sum the jobs' charged figures as
-the jobs and users do, so each + unallocated = the fleet; a job without the attribute goes to the
-key ``(none)`` (a user-less job to ``(unknown)``, as before). Cluster is a GPU grouping, as host:
-the clusters = the fleet. A grouping none of whose jobs (or GPUs) has its attribute has no rows.
+Groupings (``group_by``, from ``[analytics] group_by``; each a row of the table in
+:mod:`analytics.report.groupings`): a job grouping (user, namespace, account, partition, qos,
+``label:<name>`` for a chosen pod label) sums the jobs' charged figures as the jobs do, so each +
+unallocated = the fleet; a job without the attribute goes to the row's none key ``(none)`` (a
+user-less job to ``(unknown)``). A GPU grouping (cluster) sums its GPUs' figures, as host: the
+clusters = the fleet. A grouping whose only key is ``(none)`` (no job or GPU has its attribute) has
+no rows.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
 from analytics.cost import CostModel, PriceRule, gpu_co2e, gpu_cost
-from analytics.report import judge
+from analytics.report import groupings, judge
+from analytics.report.groupings import GROUP_BY as GROUP_BY
+from analytics.report.groupings import NONE as NONE
+from analytics.report.groupings import UNKNOWN_USER, Grouping
 from analytics.report.ledger import Acc, Fig, charge, rest
 from analytics.report.model import (
     TOP_IDLE,
@@ -47,39 +52,11 @@ from analytics.report.model import (
 )
 from analytics.report.useful import sm_gpus, useful_seconds
 from analytics.report.week_rows import _daily, _failures, _queue, _rent
+from domain.jobs import CLUSTER_SEP
 from domain.week import JobWeek, WeekData
 
-NONE = "(none)"  # the key of the jobs (or GPUs) that lack a grouping's attribute
-UNKNOWN_USER = "(unknown)"
-GROUP_BY = ("user", "namespace", "account", "partition", "qos", "cluster")  # [analytics] group_by's default
-LABEL = "label:"  # label:<name>: a grouping by one of [analytics] pod_labels (e.g. label:label_team)
-_JOB_ATTRS: dict[str, Callable[[JobWeek], str]] = {
-    "user": lambda j: j.job.user or UNKNOWN_USER,
-    "namespace": lambda j: j.job.namespace or NONE,
-    "account": lambda j: j.account or NONE,
-    "partition": lambda j: j.partition or NONE,
-    "qos": lambda j: j.qos or NONE,
-}
-GPU_GROUPINGS = ("cluster",)
-GROUPINGS = (*_JOB_ATTRS, *GPU_GROUPINGS)  # every grouping name but label:<name>
-JobAttr = tuple[str, Callable[[JobWeek], str]]  # (grouping, the job's key in it)
-
-
-def _label(name: str) -> Callable[[JobWeek], str]:
-    return lambda j: next((v for k, v in j.labels if k == name), "") or NONE
-
-
-def job_attrs(group_by: Sequence[str]) -> list[JobAttr]:
-    """The job groupings of ``group_by`` with how each keys a job; ValueError for an unknown name."""
-    out: list[JobAttr] = []
-    for g in dict.fromkeys(group_by):
-        if g.startswith(LABEL) and len(g) > len(LABEL):
-            out.append((g, _label(g.removeprefix(LABEL))))
-        elif g in _JOB_ATTRS:
-            out.append((g, _JOB_ATTRS[g]))
-        elif g not in GPU_GROUPINGS:
-            raise ValueError(f"unknown grouping {g!r}: choose from {list(GROUPINGS)} or label:<name>")
-    return out
+GROUPINGS = GROUP_BY  # every grouping name but label:<name> (its old name here)
+JobAttr = tuple[str, Callable[[JobWeek], str], str]  # (grouping, the job's attribute, its none key)
 
 
 def build(
@@ -92,8 +69,9 @@ def build(
     group_by: Sequence[str] = GROUP_BY,
 ) -> Report:
     w = data.window
-    attrs = job_attrs(group_by)
-    by_cluster = "cluster" in group_by
+    chosen = groupings.chosen(group_by)
+    attrs = [(g.name, g.job, g.none) for g in chosen if g.job is not None]
+    by_gpu = [(g.name, g.gpu, g.none) for g in chosen if g.gpu is not None]
     generated = now or time.time()
     # only what happened: charge from the first data (a window starting before the history) up
     # to now (a window ending later)
@@ -154,8 +132,8 @@ def build(
         fleet.add(fig)
         for group, key in (("host", g.host), ("model", g.model), ("gpu", f"{g.host}/{g.gpu} {g.uuid}")):
             groups[group][key].add(fig)
-        if by_cluster:
-            groups["cluster"][g.cluster or NONE].add(fig)
+        for name, attr, none in by_gpu:
+            groups[name][attr(g) or none].add(fig)
     holders: dict[str, tuple[str, str]] = {}  # job key -> (user, partition)
     on_gpu: dict[str, list[JobWeek]] = defaultdict(list)
     for j in data.jobs:
@@ -174,10 +152,10 @@ def build(
     rows = [
         acc.row(group, key, min_h) for group in ("host", "model", "gpu") for key, acc in sorted(groups[group].items())
     ]
-    chosen = [g for g, _ in attrs]
-    rows += _grouping_rows(groups, [g for g in chosen if g in ("user", "namespace")], min_h)
+    ordered = sorted(chosen, key=lambda g: g.scope != groupings.JOB)  # the job groupings, then the GPU ones
+    rows += _grouping_rows(groups, [g for g in ordered if g.first], min_h)
     rows += [acc.row("job", key, min_h) for key, acc in sorted(groups["job"].items())]
-    rows += _grouping_rows(groups, [g for g in (*chosen, *GPU_GROUPINGS) if g not in ("user", "namespace")], min_h)
+    rows += _grouping_rows(groups, [g for g in ordered if not g.first], min_h)
     rows.append(unallocated.row(UNALLOCATED, UNALLOCATED, min_h))
     fleet_row = fleet.row("fleet", "fleet", min_h)
     reasons = list(data.problems)
@@ -255,9 +233,6 @@ def build(
     )
 
 
-CLUSTER_SEP = ":"  # cluster:job; no Slurm job id, pod or namespace name holds one
-
-
 def job_key(j: JobWeek) -> str:
     """A job row's key: the Slurm job id, else ``namespace/pod``, else the user's unattributed
     time; ``cluster:`` before it where the window spans several clusters (``site-a:1001``)."""
@@ -270,19 +245,18 @@ def _add_job(
     groups: dict[str, dict[str, Acc]], holders: dict[str, tuple[str, str]], j: JobWeek, fig: Fig, attrs: list[JobAttr]
 ) -> None:
     key = job_key(j)
-    for group, attr in attrs:
-        groups[group][attr(j)].add(fig)
+    for group, attr, none in attrs:
+        groups[group][attr(j) or none].add(fig)
     groups["job"][key].add(fig)
     user, part = holders.get(key, ("", ""))
     holders[key] = (user or j.job.user or UNKNOWN_USER, part or j.partition)
 
 
-def _grouping_rows(groups: dict[str, dict[str, Acc]], chosen: Iterable[str], min_h: float) -> list[CostRow]:
+def _grouping_rows(groups: dict[str, dict[str, Acc]], chosen: Iterable[Grouping], min_h: float) -> list[CostRow]:
     """Each grouping's rows by key, ``(none)`` last; none for a grouping whose only key is ``(none)``
-    (no job or GPU has the attribute). A grouping never accumulated (a GPU grouping not chosen) has
-    no rows either."""
+    (no job or GPU has the attribute; a user-less job's ``(unknown)`` is a user's key like any)."""
     out: list[CostRow] = []
-    for group in chosen:
+    for group in (g.name for g in chosen):
         accs = groups.get(group, {})
         if not accs or set(accs) == {NONE}:
             continue

@@ -2,7 +2,8 @@
 local day, for finance tools. Each grouping is its own file (``<grouping>.csv``), so a tool that
 sums ``BilledCost`` over a file gets the fleet's cost once: the GPU groupings (host, model, gpu,
 cluster) sum to the fleet, each job grouping (user, job, namespace, account, partition, qos,
-label:<name>) with its ``unallocated`` rows does.
+label:<name>) with its ``unallocated`` rows does (:mod:`analytics.report.groupings`: which is which,
+and which groupings FOCUS writes).
 
 Every day is its own report (:func:`day_reports`: the source read for that day, then
 :func:`analytics.report.build.build`), since jobs have no per-day split in a week's data. Costs are
@@ -20,16 +21,15 @@ import csv
 import datetime as dt
 import io
 import json
-import re
 from collections.abc import Callable, Sequence
 
 from analytics.cost import CostModel
-from analytics.report.build import GROUP_BY, build
+from analytics.report.build import build
 from analytics.report.csvio import neutralise
+from analytics.report.groupings import GROUP_BY, adds_up_alone, file_stem, in_focus
 from analytics.report.model import UNALLOCATED, CostRow, Report
 from domain.week import WeekData, Window, days
 
-GPU_GROUPINGS = ("host", "model", "gpu", "cluster")  # sum to the fleet; the others need unallocated
 UNIT = "GPU-Hours"
 SERVICE = "GPU compute"
 SKU = "gpuledger-gpu-hour"  # one unit sold: a GPU-hour (its price per model is in the report's prices)
@@ -111,7 +111,7 @@ def day_reports(
 
 def file_name(grouping: str) -> str:
     """``label:label_team`` -> ``label-label_team.csv``: the name analytics.report.served allows."""
-    return re.sub(r"[^A-Za-z0-9_]", "-", grouping) + ".csv"
+    return file_stem(grouping) + ".csv"
 
 
 def _utc(t: float) -> str:
@@ -172,14 +172,14 @@ def to_focus(
     """File name -> FOCUS CSV text, one file per grouping of the day ``reports`` (of ``window``);
     job groupings carry each day's unallocated row, so every file sums to the fleet. The billing
     period is ``billing`` (the daemon's daily files: the calendar month), else ``window``."""
-    groupings = list(dict.fromkeys(row.group for r in reports for row in r.rows if row.group != UNALLOCATED))
+    groupings = [g for g in dict.fromkeys(row.group for r in reports for row in r.rows) if in_focus(g)]
     out: dict[str, str] = {}
     for grouping in groupings:
         buf = io.StringIO()
         w = csv.writer(buf)  # RFC 4180: quotes cells with commas, quotes and newlines
         w.writerow(COLUMNS)
         for r in reports:
-            rows = r.group(grouping) + ([] if grouping in GPU_GROUPINGS else r.group(UNALLOCATED))
+            rows = r.group(grouping) + ([] if adds_up_alone(grouping) else r.group(UNALLOCATED))
             for row in rows:
                 cells = _row(r, row, grouping, billing or window, provider)
                 w.writerow([_cell(cells.get(c)) for c in COLUMNS])

@@ -17,16 +17,14 @@ from pathlib import Path
 from markupsafe import Markup
 
 from analytics.report import svg
-from analytics.report.build import GPU_GROUPINGS
+from analytics.report.groupings import GPU, Grouping
 from analytics.report.model import UNALLOCATED, CostRow, Report
 from analytics.report.text import (
     BUSBW,
     DASH,
     EXAMPLE_PRICES,
-    GROUPING_NAMES,
     SPEEDUP,
     facts,
-    grouping_names,
     groupings,
     headline,
     measure,
@@ -52,22 +50,20 @@ def _chart(drawn: str) -> Markup:
     return Markup(drawn)
 
 
-def _grouping_chart(r: Report, group: str) -> Markup:
+def _grouping_chart(r: Report, g: Grouping) -> Markup:
     """Total cost per key of one grouping: the top ``CHART_TOP`` keys, the rest summed in one
     bar, and for a job grouping what no job was charged (so the bars add up to the fleet)."""
-    first = grouping_names(group)[2]
-    per = first if first.isupper() or group not in GROUPING_NAMES else first.lower()  # "per account", "per QOS"
-    ranked = sorted(r.group(group), key=lambda x: (-x.total_cost, x.key))
+    ranked = sorted(r.group(g.name), key=lambda x: (-x.total_cost, x.key))
     bars: list[tuple[str, float]] = [(x.key, x.total_cost) for x in ranked[:CHART_TOP]]
     rest: list[CostRow] = ranked[CHART_TOP:]
     if rest:
         bars.append((f"({len(rest)} more)", sum(x.total_cost for x in rest)))
-    if group not in GPU_GROUPINGS:
+    if g.scope != GPU:
         bars += [("(unallocated)", x.total_cost) for x in r.group(UNALLOCATED)]
     top = svg.nice_ticks(max((v for _, v in bars), default=0.0))[-1]
     return _chart(
         svg.hbar_chart(
-            f"Total cost per {per}",
+            f"Total cost per {g.per}",
             [k for k, _ in bars],
             [v for _, v in bars],
             maximum=top,
@@ -110,9 +106,9 @@ def _charts(r: Report) -> dict[str, list[Markup]]:
         ),
         _chart(svg.hbar_chart("Idle share of cost", ["fleet", *(h.key for h in r.group("host"))], idle_share)),
     ]
-    for group in groupings(r):
-        if r.group(group):
-            out.setdefault(grouping_names(group)[0], []).append(_grouping_chart(r, group))
+    for g in groupings(r):
+        if r.group(g.name):
+            out.setdefault(g.slug, []).append(_grouping_chart(r, g))
     if r.queue:
         top = max((q.wait_p95_s or 0.0 for q in r.queue), default=0.0)
         scale, unit = (3600.0, "hours") if top >= 3 * 3600 else (60.0, "minutes")

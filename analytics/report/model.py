@@ -22,9 +22,10 @@ UNALLOCATED = "unallocated"  # the group and key of the row for what no job was 
 class CostRow:
     """One group's week: the fleet, a host, a GPU model, a GPU, a user or a job."""
 
-    # fleet | host | model | gpu | cluster | user | namespace | job | account | partition | qos |
-    # label:<name> (a pod label, e.g. label:label_team) | unallocated (what no job was charged:
-    # each job grouping + unallocated = jobs + unallocated = hosts = fleet, in every cost column)
+    # fleet | host | model | gpu | job | a grouping of analytics.report.groupings (user, namespace,
+    # account, partition, qos, cluster, label:<name> for a pod label, e.g. label:label_team) |
+    # unallocated (what no job was charged: each job grouping + unallocated = jobs + unallocated =
+    # hosts = fleet, in every cost column)
     group: str
     key: str
     gpus: int

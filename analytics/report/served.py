@@ -2,7 +2,8 @@
 
 Only names the report writer produces (:func:`analytics.report.output.write`) are served:
 ``gpuledger-<label>.{html,json,md}``, ``gpuledger-<label>-csv/<table>.csv`` with ``<table>`` one
-of the CSV tables a report has, and ``gpuledger-<label>-focus/<grouping>.csv`` (the FOCUS export).
+of the CSV tables a report has, and ``gpuledger-<label>-focus/<grouping>.csv`` (the FOCUS export:
+a file of the report's own rows or of a grouping FOCUS writes, analytics.report.groupings).
 Each path part is opened relative to the folder above it with
 ``O_NOFOLLOW``, so neither a symlinked file nor a symlinked subfolder is followed, and only after
 ``lstat`` says it is a regular file (a FIFO or a device is never opened). Anything else is refused
@@ -18,6 +19,7 @@ import stat
 from pathlib import Path
 
 from analytics.report.csvio import TABLES
+from analytics.report.groupings import is_focus_stem
 
 TYPES = {
     "html": "text/html; charset=utf-8",
@@ -30,9 +32,7 @@ _FILE = re.compile(rf"gpuledger-{_LABEL}\.(html|json|md)")
 _FOLDER = re.compile(rf"gpuledger-{_LABEL}-csv")
 _CSV = re.compile(rf"({'|'.join(TABLES)})\.(csv)")
 _FOCUS_FOLDER = re.compile(rf"gpuledger-{_LABEL}-focus")  # analytics.report.focus: <grouping>.csv
-_FOCUS_CSV = re.compile(
-    r"(host|model|gpu|cluster|user|job|namespace|account|partition|qos|label-[A-Za-z0-9_]{1,80})\.(csv)"
-)
+_FOCUS_CSV = re.compile(r"([A-Za-z0-9_-]{1,86})\.(csv)")  # <stem>.csv, a stem of analytics.report.groupings
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _SHOWN = 60  # characters of a refused path shown in the log
@@ -46,7 +46,7 @@ def content_type(rel: str) -> str | None:
     if len(parts) == 2 and _FOLDER.fullmatch(parts[0]) and (m := _CSV.fullmatch(parts[1])):
         return TYPES[m[2]]
     if len(parts) == 2 and _FOCUS_FOLDER.fullmatch(parts[0]) and (m := _FOCUS_CSV.fullmatch(parts[1])):
-        return TYPES[m[2]]
+        return TYPES[m[2]] if is_focus_stem(m[1]) else None
     return None
 
 

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from analytics.report.build import GPU_GROUPINGS, LABEL
+from analytics.report import groupings as table
+from analytics.report.groupings import Grouping
 from analytics.report.model import (
     TOP_IDLE,
     TOP_STALLED,
@@ -239,37 +240,22 @@ def _key(row: CostRow) -> str:
     return "(unallocated)" if row.group == UNALLOCATED else row.key
 
 
-NOT_GROUPINGS = frozenset({"host", "model", "gpu", "job", UNALLOCATED})  # their own sections, or none
-# grouping -> (section slug, plural title, key column); label:<name> is ("label-<name>", "Pod label <name>", name)
-GROUPING_NAMES = {
-    "user": ("users", "Users", "User"),
-    "namespace": ("namespaces", "Namespaces", "Namespace"),
-    "account": ("accounts", "Accounts", "Account"),
-    "partition": ("partitions", "Partitions", "Partition"),
-    "qos": ("qos", "QOS", "QOS"),
-    "cluster": ("clusters", "Clusters", "Cluster"),
-}
+def groupings(r: Report) -> list[Grouping]:
+    """The report's groupings that have rows, in the report's order; those shown ``always`` (users:
+    their table shows what no job was charged even where no job was seen) first."""
+    present = (g for group in dict.fromkeys(row.group for row in r.rows) if (g := table.find(group)) is not None)
+    return list({g.name: g for g in (*(g for g in table.rows() if g.always), *present)}.values())
 
 
-def grouping_names(group: str) -> tuple[str, str, str]:
-    """A grouping's section slug, title and key column header."""
-    if group in GROUPING_NAMES:
-        return GROUPING_NAMES[group]
-    name = group.removeprefix(LABEL)
-    return f"label-{name}", f"Pod label {name}", name
-
-
-def groupings(r: Report) -> list[str]:
-    """The report's groupings that have rows, in the report's order; users always (their table
-    shows what no job was charged even where no job was seen)."""
-    present = dict.fromkeys(row.group for row in r.rows if row.group not in NOT_GROUPINGS)
-    return list(dict.fromkeys(["user", *present]))
-
-
-def grouping_rows(r: Report, group: str) -> list[CostRow]:
+def grouping_rows(r: Report, g: Grouping) -> list[CostRow]:
     """A grouping's rows as its table shows them: a job grouping's with the unallocated row last
-    (so the table adds up to the fleet), a GPU grouping's (cluster) as they are."""
-    return r.group(group) if group in GPU_GROUPINGS else [*r.group(group), *r.group(UNALLOCATED)]
+    (so the table adds up to the fleet), a GPU grouping's as they are."""
+    return r.group(g.name) if g.scope == table.GPU else [*r.group(g.name), *r.group(UNALLOCATED)]
+
+
+def grouping_title(g: Grouping) -> str:
+    """Its section's title: a job grouping's says the table holds what no job was charged."""
+    return g.title + ("" if g.scope == table.GPU else " (and what no job was charged)")
 
 
 def _table(slug: str, title: str, cols: Columns[T], rows: Iterable[T], cur: str, empty: str = "") -> Table:
@@ -292,10 +278,7 @@ def tables(r: Report) -> list[Table]:
         ("hosts", "Hosts", "Host", r.group("host")),
         ("models", "GPU models", "Model", r.group("model")),
     ]
-    for group in groupings(r):
-        slug, name, first = grouping_names(group)
-        name += "" if group in GPU_GROUPINGS else " (and what no job was charged)"
-        groups.append((slug, name, first, grouping_rows(r, group)))
+    groups += [(g.slug, grouping_title(g), g.column, grouping_rows(r, g)) for g in groupings(r)]
     key: Columns[CostRow] = [("Job", _key)]
     return [
         _table("daily", "Daily", DAILY, r.daily, c),

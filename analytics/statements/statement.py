@@ -1,8 +1,8 @@
-"""``gpuledger statement``: one user's, account's or namespace's jobs of a month or an ISO week,
-each its row of the report for that window, with totals (the sum of those rows), the idle and
-failed-job cost where known and the scaling advice. The grouping attributes are the job
-figures' own (``JobWeek.job.user``, ``JobWeek.account``, ``JobWeek.job.namespace``); a job
-without one belongs to the key ``(none)`` (a user: ``(unknown)``), as in the report."""
+"""``gpuledger statement``: one group's jobs of a month or an ISO week (a user's, account's or
+namespace's: the groupings of analytics.report.groupings with a ``statement``), each its row of the
+report for that window, with totals (the sum of those rows), the idle and failed-job cost where
+known and the scaling advice. A job's key is the grouping's, as in the report (a job without the
+attribute is under the row's none key: ``(none)``, a user ``(unknown)``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from analytics.config import FullSettings
+from analytics.report import groupings
 from analytics.report.build import job_key
+from analytics.report.groupings import UNKNOWN_USER, Grouping
 from analytics.report.model import CostRow, Report
 from analytics.sources import Source
 from analytics.statements.advice import efficiencies, scaling_advice
@@ -22,15 +24,20 @@ from analytics.statements.read import read
 from domain.states import FAILED
 from domain.week import JobWeek, Window, iso_week
 
-GROUPINGS = ("user", "account", "namespace")
-NONE = {"user": "(unknown)", "account": "(none)", "namespace": "(none)"}
 _MONTH = re.compile(r"(\d{4})-(\d{2})")
 
 
-def attribute(j: JobWeek, grouping: str) -> str:
-    """The job's key in ``grouping`` (the report's: a job without one is ``(none)``/``(unknown)``)."""
-    v = {"user": j.job.user, "account": j.account, "namespace": j.job.namespace}[grouping]
-    return v or NONE[grouping]
+def by(grouping: str) -> Grouping:
+    """The row of a grouping statements are made by; ValueError naming those there are."""
+    g = groupings.find(grouping)
+    if g is None or not g.statement:
+        raise ValueError(f"unknown grouping {grouping!r}; choose from {', '.join(names())}")
+    return g
+
+
+def names() -> list[str]:
+    """The groupings statements are made by (``gpuledger statement --<name>``, ``[statements] by``)."""
+    return groupings.names(lambda g: bool(g.statement))
 
 
 def month(label: str, timezone: str = "UTC") -> Window:
@@ -88,7 +95,7 @@ class Totals:
 
 @dataclass(frozen=True)
 class Statement:
-    grouping: str  # user | account | namespace
+    grouping: str  # user | account | namespace: a grouping with a statement (analytics.report.groupings)
     key: str
     window: Window
     currency: str
@@ -136,8 +143,7 @@ def statement(
     source: Source, grouping: str, key: str, window: Window, s: FullSettings, now: float | None = None
 ) -> Statement:
     """The group's statement for ``window`` (its jobs may be none: a statement of no jobs)."""
-    if grouping not in GROUPINGS:
-        raise ValueError(f"unknown grouping {grouping!r}; choose from {', '.join(GROUPINGS)}")
+    by(grouping)
     got = read(source, window, s, now=now)
     return statement_of(got.data.jobs, got.report, grouping, key, job_states(source, window.start, window.end))
 
@@ -153,8 +159,9 @@ def statement_of(
     rows = {r.key: r for r in report.group("job")}
     mine: dict[str, JobWeek] = {}
     partitions: dict[str, str] = {}
+    g = by(grouping)
     for j in jobs:
-        if attribute(j, grouping) == key:
+        if g.of_job(j) == key:
             k = job_key(j)
             mine.setdefault(k, j)
             partitions[k] = partitions.get(k) or j.partition
@@ -163,7 +170,7 @@ def statement_of(
         if k not in rows:
             continue
         state = (states or {}).get(j.job.job_id, "") if j.job.job_id else ""
-        lines.append(JobLine(k, j.job.user or NONE["user"], partitions[k], state, rows[k]))
+        lines.append(JobLine(k, j.job.user or UNKNOWN_USER, partitions[k], state, rows[k]))
     notes = list(report.window_notes())
     if states is None:
         notes.append("failed-job cost not known: this source does not record each job's final state")
@@ -185,5 +192,6 @@ def statement_of(
 def keys(jobs: tuple[JobWeek, ...], grouping: str) -> list[str]:
     """Every key of ``grouping`` among the window's jobs; none where no job has the attribute
     (a grouping without data, as the report shows no section for it)."""
-    found = {attribute(j, grouping) for j in jobs}
-    return [] if found <= {NONE[grouping]} else sorted(found)
+    g = by(grouping)
+    found = {g.of_job(j) for j in jobs}
+    return [] if found <= {g.none} else sorted(found)
