@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 from analytics.config import BudgetRule, FullSettings
 from analytics.report.build import build
 from analytics.report.model import Report
 from analytics.sources import Source
-from analytics.sources.promapi import PromAPI
 from domain.week import Window
 
 GPU_HOURS = "gpu_hours"  # the unit label of a GPU-hour budget; a money budget's is the currency code
@@ -54,8 +52,7 @@ def month_report(source: Source, s: FullSettings, now: float) -> tuple[Report, f
     if window.end <= window.start:
         return None
     groups = list(dict.fromkeys(r.group for r in s.budgets.rules))
-    api = getattr(source, "api", None)
-    with api.report() if isinstance(api, PromAPI) else nullcontext():
+    with source.session():
         data = source.week(window)
     return build(data, s.cost, min_coverage=s.analytics.min_coverage, now=now, group_by=groups), month_end
 

@@ -34,7 +34,11 @@ MIN_DAYS, MAX_DAYS = 1 / 1440, 3660.0  # --days: one minute to ten years
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="TOML or YAML config file (env GPULEDGER_CONFIG)")
-    p.add_argument("--source", choices=("prometheus", "embedded"), help="where the history comes from")
+    p.add_argument(
+        "--source",
+        choices=("prometheus", "dcgm", "embedded"),
+        help="where the history comes from (dcgm: dcgm-exporter's series)",
+    )
     p.add_argument("--prometheus-url", metavar="URL", help="Prometheus-compatible query URL")
     p.add_argument("--naming", choices=("gpuledger", "dcgm"), help="read gpuledger's or dcgm-exporter's series")
     p.add_argument("--history", metavar="PATH", help="embedded source: the exporter's SQLite history")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import zoneinfo
-from contextlib import nullcontext
 from pathlib import Path
 
 from analytics.config import FullSettings
@@ -17,7 +16,6 @@ from analytics.report.focus import day_reports, file_name, to_focus
 from analytics.report.model import Report
 from analytics.report.output import focus_dir, write_atomic
 from analytics.sources import Source
-from analytics.sources.promapi import PromAPI
 from analytics.statements.statement import month
 from domain.week import WeekData, Window
 
@@ -27,10 +25,9 @@ log = logging.getLogger("gpuledger.analytics")
 def read_days(source: Source, window: Window, s: FullSettings, now: float | None = None) -> list[Report]:
     """A report per local day of ``window`` with GPU data, each day's queries under one deadline
     (``now``: hours are charged up to it; default the wall clock)."""
-    api = getattr(source, "api", None)
 
     def day(w: Window) -> WeekData:
-        with api.report() if isinstance(api, PromAPI) else nullcontext():
+        with source.session():
             return source.week(w)
 
     a = s.analytics

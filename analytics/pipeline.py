@@ -6,7 +6,7 @@ import gc
 import logging
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 from analytics.config import FullSettings
@@ -15,7 +15,7 @@ from analytics.report.model import Report
 from analytics.sources import Source, SourceUnavailable
 from analytics.sources.dcgm import DcgmSource
 from analytics.sources.embedded import EmbeddedSource
-from analytics.sources.promapi import DeadlinePassed, PromAPI
+from analytics.sources.promapi import DeadlinePassed
 from analytics.sources.prometheus import PrometheusSource
 from domain.week import Window
 from exporter.config import default_history_path
@@ -25,11 +25,13 @@ log = logging.getLogger(__name__)
 
 
 def make_source(s: FullSettings) -> Source:
+    """The source ``analytics.source`` names (``prometheus`` with ``prometheus.naming = "dcgm"`` is
+    the dcgm source, as the flag ``--naming dcgm`` has always said)."""
     a = s.analytics
     if a.source == "embedded":
         path = a.history or s.history.path or default_history_path()
         return EmbeddedSource(path)
-    if s.prometheus.naming == "dcgm":
+    if a.source == "dcgm" or s.prometheus.naming == "dcgm":
         return DcgmSource(s.prometheus, pod_labels=s.analytics.pod_labels, stall=rule_of(s.exporter))
     return PrometheusSource(s.prometheus, hourly_energy=s.cost.hourly_energy, pod_labels=s.analytics.pod_labels)
 
@@ -67,8 +69,7 @@ def make_report(
     drift. A previous window the source cannot serve only loses the comparison. A Prometheus
     source's queries, both windows together, end by ``prometheus.deadline_seconds``. ``now``:
     hours are charged up to it (default: the wall clock; the daemon passes its own)."""
-    api = getattr(source, "api", None)
-    with fewer_collections(), api.report() if isinstance(api, PromAPI) else nullcontext():
+    with fewer_collections(), source.session():
         data = source.week(window)
         previous = None
         if with_previous:
@@ -86,9 +87,7 @@ def make_report(
 
 def describe(source: Source, s: FullSettings) -> str:
     """Where ``source`` reads, for messages: the embedded history's path or the server's URL."""
-    if isinstance(source, EmbeddedSource):
-        return f"the embedded history {source.path}"
-    return f"{source.name} at {s.prometheus.url}"
+    return source.describe()
 
 
 def out_dir(s: FullSettings, override: str | Path | None = None) -> Path:

@@ -25,3 +25,6 @@ class JobKey:
     def slurm(self) -> tuple[str, str, str]:
         """(account, partition, qos)."""
         return (self.account, self.partition, self.qos)
+
+
+CLUSTER_SEP = ":"  # a job row's key over several clusters: cluster:job; no Slurm job id, pod or namespace holds one

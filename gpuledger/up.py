@@ -36,7 +36,7 @@ def prepare(s: FullSettings, reader: Reader, no_history: bool = False) -> FullSe
     """Both halves share one history file: the exporter writes it, the analytics read it; unless
     the analytics read Prometheus (``analytics.source``): the history is then on or off as
     configured. ``no_history``: it was turned off by ``--no-history`` (named in the refusal)."""
-    prometheus = s.analytics.source == "prometheus"
+    prometheus = s.analytics.source != "embedded"
     if not s.history.enabled:
         if prometheus:
             return s
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         return start_error("up", e, address)
     a.start()
     history = s.history.path if s.history.enabled else "off"
-    source = "Prometheus" if s.analytics.source == "prometheus" else "the history"
+    source = "Prometheus" if s.analytics.source != "embedded" else "the history"
     print(f"gpuledger up: exporter {exporter.url}/metrics, analytics {a.url}/metrics from {source}, history {history}")
     wait_for_signal()
     a.stop()

@@ -16,6 +16,7 @@ from analytics.daemon import Analytics
 from domain.jobs import JobKey
 from domain.week import GpuWeek, JobWeek, WeekData, Window
 from tests.support.metrics import one, parse_metrics
+from tests.support.sources import StubSource
 
 H = 3600.0
 NOV = dt.datetime(2026, 11, 1, tzinfo=dt.UTC).timestamp()  # November 2026: 30 days, 720 hours
@@ -26,21 +27,19 @@ def _at(day: int, hour: int = 0) -> float:
     return dt.datetime(2026, 11, day, hour, tzinfo=dt.UTC).timestamp()
 
 
-class _Source:
+class _Source(StubSource):
     """One GPU held all the time by one job of account physics, from ``first`` (the history's start)."""
-
-    name = "fake"
 
     def __init__(self, first: float | None = None, gpus: bool = True) -> None:
         self.first = first
-        self.gpus = gpus
+        self.has_gpus = gpus
         self.windows: list[Window] = []
 
-    def week(self, window: Window, jobs: bool = True) -> WeekData:
+    def week(self, window: Window, *, jobs: bool = True) -> WeekData:
         self.windows.append(window)
         start = max(window.start, self.first or window.start)
         held = max(0.0, window.end - start)
-        if not self.gpus or held <= 0:
+        if not self.has_gpus or held <= 0:
             return WeekData(window, "t", (), history_start=self.first)
         gpu = GpuWeek("GPU-0", "n1", "NVIDIA H200", "0", held, held, None, held, 0.0, None)
         job = JobWeek("GPU-0", "n1", JobKey("7", "alice", "", ""), held, held, 0.0, charged_s=held, account="physics")

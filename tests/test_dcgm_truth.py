@@ -225,12 +225,14 @@ def test_a_slice_is_a_share_and_the_report_conserves(
 def test_history_start_and_bounded_queries(store: tuple[str, str, WeekData, int], truth: Truth) -> None:
     _, _, data, queries = store
     assert data.history_start == pytest.approx(truth.history_start, abs=1e-3)
-    # per day its queries, a boundary and (where a GPU's scrapes were written twice or its counter
-    # reset) the second round; the history's start (2), the stalls' range queries (the coarse
-    # search's, and at most 2 x SPANS_PER_CHUNK per 10,000 scrape intervals where it found any), the
-    # scheduler's job records: whatever the GPUs, pods and jobs
+    # per day its queries and (where a GPU's scrapes were written twice, it is in MIG mode or its
+    # counter reset) the second round; the counters at the start and the scrape targets (2); the
+    # history's start (at most 4 + a query a day); the stalls' range queries (the coarse search's,
+    # and at most 2 x SPANS_PER_CHUNK per 10,000 scrape intervals where it found any); the Slurm
+    # watcher's queue (6), failures (3), benchmarks (2) and job records (2): whatever the GPUs
     n = len(days(WINDOW))
-    assert queries <= (len(CHEAP_KINDS) + 1 + len(EXACT_KINDS)) * n + 1 + 2 + (1 + 2 * SPANS_PER_CHUNK) + 1
+    shared = 6 + 3 + 2 + 2
+    assert queries <= (len(CHEAP_KINDS) + len(EXACT_KINDS)) * n + 2 + (4 + n) + (1 + 2 * SPANS_PER_CHUNK) + shared
 
 
 def test_without_jobs(prometheus: PrometheusServer, truth: Truth) -> None:

@@ -16,7 +16,8 @@ from analytics.cost import CostModel
 from analytics.daemon import Analytics
 from analytics.report.build import build
 from analytics.sources.embedded import EmbeddedSource
-from analytics.sources.prometheus import PrometheusSource, history_start
+from analytics.sources.prometheus import PrometheusSource
+from analytics.sources.promql import history_start
 from domain.week import Window, iso_week
 from exporter import history
 from exporter.history import HistoryWriter

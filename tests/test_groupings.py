@@ -32,6 +32,7 @@ from analytics.report.model import UNALLOCATED, Report
 from domain.jobs import JobKey
 from domain.week import GpuWeek, JobWeek, WeekData, Window, iso_week
 from tests.support.conservation import COST_COLUMNS, assert_conserves, total
+from tests.support.sources import StubSource
 from tests.test_report_html import browser, show  # noqa: F401 (the Chromium fixture)
 
 if TYPE_CHECKING:
@@ -195,10 +196,8 @@ def test_the_config_default_is_the_builders_and_a_label_must_be_read() -> None:
         FullSettings(analytics={"group_top_n": 0})
 
 
-class _Source:
-    name = "fake"
-
-    def week(self, window: Window, jobs: bool = True) -> WeekData:
+class _Source(StubSource):
+    def week(self, window: Window, *, jobs: bool = True) -> WeekData:
         return fleet() if window == WEEK else WeekData(window, "t", ())
 
 

@@ -7,7 +7,7 @@ import re
 
 from analytics.cost import CostModel
 from analytics.report.build import build
-from analytics.sources import prometheus
+from analytics.sources import promql
 from domain import states
 from domain.week import FailureWeek, GpuWeek, WeekData, iso_week
 from grafana import queue
@@ -38,7 +38,7 @@ def _report_failed_states() -> set[str]:
 
 def test_the_dashboard_and_the_report_count_the_same_states_as_failed() -> None:
     dashboard = _dashboard_failed_states()
-    assert dashboard == _report_failed_states() == set(prometheus.FAILED.split("|")) == set(states.FAILED)
+    assert dashboard == _report_failed_states() == set(promql.FAILED.split("|")) == set(states.FAILED)
     assert {"BOOT_FAIL", "DEADLINE", "TIMEOUT", "OUT_OF_MEMORY"} <= dashboard
     assert not dashboard & {states.COMPLETED, states.CANCELLED, "PREEMPTED"}
 

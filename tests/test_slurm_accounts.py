@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from analytics.config import PrometheusSettings
 from analytics.cost import CostModel
 from analytics.report.build import build
 from analytics.report.model import UNALLOCATED
+from analytics.sources.base import JobRecords
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.promapi import Series
-from analytics.sources.prometheus_slurm import slurm_attributes
+from analytics.sources.promql import PromQLSource
 from domain.jobs import JobKey
 from domain.week import JobWeek, WeekData, Window
 from exporter import history
@@ -345,7 +347,8 @@ def test_real_slurm_accounts_reach_the_history_and_the_report(cluster: SlurmClus
 
 
 class _InfoAPI:
-    """Answers the one query of ``slurm_attributes`` with fixed ``gpuledger_job_info`` series."""
+    """Answers the job records' queries: fixed ``gpuledger_job_info`` series (the claims), no
+    ``gpuledger_slurm_job_info`` (the scheduler's)."""
 
     def __init__(self, series: list[dict[str, str]]) -> None:
         self.series = series
@@ -353,7 +356,15 @@ class _InfoAPI:
 
     def query(self, expr: str, at: float) -> list[Series]:
         self.asked.append((expr, at))
-        return [Series(labels, 1.0) for labels in self.series]
+        return [Series(labels, 1.0) for labels in self.series] if "gpuledger_job_info" in expr else []
+
+    def query_many(self, queries: list[tuple[str, float]]) -> list[list[Series]]:
+        return [self.query(expr, at) for expr, at in queries]
+
+
+def _records(api: _InfoAPI, cluster_label: str = "") -> JobRecords:
+    settings = PrometheusSettings(cluster_label=cluster_label)
+    return PromQLSource(settings, api, ()).job_records(WINDOW)  # type: ignore[arg-type]
 
 
 def test_the_prometheus_source_joins_the_info_series_on_the_job() -> None:
@@ -366,24 +377,22 @@ def test_the_prometheus_source_joins_the_info_series_on_the_job() -> None:
     ]
     for order in (series, series[::-1]):
         api = _InfoAPI(order)
-        got = slurm_attributes(api, WINDOW)  # type: ignore[arg-type]
-        assert dict(got.by_cluster) == {
+        got = _records(api)
+        assert dict(got.claims_by_cluster) == {
             ("", "7", "ada"): ("pi-a", "gpu", ""),
             ("", "8", "bo"): ("pi-b", "", ""),
         }
-        assert got.of("", "", JobKey("7", "ada")) == ("pi-a", "gpu", "")
-        assert got.of("", "", JobKey("7", "eve")) == ("", "", "")  # another user's job 7: not this one
-        assert got.of("site-b", "", JobKey("7", "ada")) == ("", "", "")  # another cluster's job 7
-        assert api.asked == [
-            (
-                "max by (instance, job_id, user, account, partition, qos) (last_over_time(gpuledger_job_info[10800s]))",
-                WINDOW.end,
-            )
-        ]
+        assert got.claim("", "", JobKey("7", "ada")) == ("pi-a", "gpu", "")
+        assert got.claim("", "", JobKey("7", "eve")) == ("", "", "")  # another user's job 7: not this one
+        assert got.claim("site-b", "", JobKey("7", "ada")) == ("", "", "")  # another cluster's job 7
+        assert (
+            "max by (instance, job_id, user, account, partition, qos) (last_over_time(gpuledger_job_info[10800s]))",
+            WINDOW.end,
+        ) in api.asked
     assert "max by (kube_cluster, instance, job_id," in _asked(series, "kube_cluster")
 
 
 def _asked(series: list[dict[str, str]], cluster_label: str) -> str:
     api = _InfoAPI(series)
-    slurm_attributes(api, WINDOW, cluster_label)  # type: ignore[arg-type]
-    return api.asked[0][0]
+    _records(api, cluster_label)
+    return next(q for q, _ in api.asked if "gpuledger_job_info" in q)

@@ -12,19 +12,36 @@ import math
 import sqlite3
 import zoneinfo
 from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
-from analytics.sources.base import SourceUnavailable, percentile
+from analytics.sources.base import (
+    GpuFigures,
+    JobFigures,
+    JobRecords,
+    Labels,
+    PodKey,
+    QueuePart,
+    SchedulerJob,
+    SourceUnavailable,
+    Span,
+    percentile,
+)
+from analytics.sources.enrich import Enriched
 from domain.states import FAILED
-from domain.week import BenchRun, BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, WeekData, Window
+from domain.week import BenchRun, BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, Window
 from exporter import history
 from exporter.benchmarks.results import allreduce_from, train_from
 
 MINUTE = 60.0  # the history's rows: one per GPU and minute
+LOCAL = "local"  # the scrape target of every GPU here: the exporter that wrote this history
 
 
-class EmbeddedSource:
+class EmbeddedSource(Enriched):
     name = "embedded"
+    parallel = False  # one SQLite connection, read in this thread
+    pod_label_names: tuple[str, ...] = ()  # no kube-state-metrics here
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -35,26 +52,77 @@ class EmbeddedSource:
         except sqlite3.Error as e:
             raise SourceUnavailable(f"embedded history {self.path}: {e}") from e
 
-    def week(self, window: Window, *, jobs: bool = True) -> WeekData:
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
         try:
-            gpus = self._gpus(window)
-            per_job = self._jobs(window, {g.uuid: g.host for g in gpus}) if jobs else []
-            queue, failures = self._scheduler(window)
-            bench = self._bench(window)
-            first = self._first_minute()
+            yield
         except sqlite3.Error as e:
             raise SourceUnavailable(f"embedded history {self.path}: {e}") from e
-        return WeekData(
-            window,
-            "embedded",
-            tuple(gpus),
-            tuple(per_job),
-            tuple(queue),
-            tuple(failures),
-            bench,
-            approximations=("pending GPU-hours count finished jobs only",),
-            history_start=first,
-        )
+
+    def gpus(self, w: Window) -> GpuFigures:
+        with self._reading():
+            gpus = self._gpus(w)
+        return GpuFigures(tuple(gpus), targets={g.uuid: LOCAL for g in gpus})
+
+    def jobs(self, w: Window, g: GpuFigures) -> JobFigures:
+        with self._reading():
+            return JobFigures(tuple(self._jobs(w, {x.uuid: x.host for x in g.gpus})))
+
+    def history_start(self, w: Window) -> float | None:
+        with self._reading():
+            return self._first_minute()
+
+    def queue(self, w: Window) -> QueuePart:
+        with self._reading():
+            return QueuePart(self._scheduler(w)[0], ("pending GPU-hours count finished jobs only",))
+
+    def failures(self, w: Window) -> list[FailureWeek]:
+        with self._reading():
+            return self._scheduler(w)[1]
+
+    def bench(self, w: Window) -> BenchWeek | None:
+        with self._reading():
+            return self._bench(w)
+
+    def job_records(self, w: Window) -> JobRecords:
+        """The finished jobs' records (slurmctld's word, read by the watcher) and what the jobs'
+        environment named while they ran; one history is one cluster's, keyed by job id alone."""
+        with self._reading():
+            env = history.job_attributes(self.db, int(w.start), int(w.end))
+            finished = history.finished_jobs(self.db, w.start, w.end + 400 * 86400)  # ended in or after the week
+        scheduler = {("", j.job_id): SchedulerJob("", j.account, j.partition, j.qos) for j in finished}
+        claims = {("", LOCAL, k): (a.account, a.partition, a.qos) for k, a in env.items()}
+        return JobRecords(scheduler, claims_by_target=claims)
+
+    def pod_labels(self, w: Window, names: tuple[str, ...]) -> Mapping[PodKey, Labels] | None:
+        return None
+
+    def job_span(self, job: str, now: float) -> Span | None:
+        ns, sep, pod = job.partition("/")
+        if not (sep and ns and pod):
+            ns = pod = ""
+        with self._reading():
+            first, last = self.db.execute(
+                "SELECT min(minute), max(minute) FROM job_minutes "
+                "WHERE job_id = ? OR (job_id = '' AND (pod = ? OR (namespace = ? AND pod = ?)))",
+                (job, job, ns, pod),
+            ).fetchone()
+        return None if first is None else Span(float(first), float(last) + 60.0)
+
+    def job_states(self, start: float, end: float) -> dict[str, str] | None:
+        """Slurm job id -> its final state, for the jobs that ended in or after [start, end)."""
+        with self._reading():
+            finished = history.finished_jobs(self.db, start, end + 400 * 86400)
+        return {j.job_id: j.state for j in finished}
+
+    def session(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def describe(self) -> str:
+        return f"the embedded history {self.path}"
+
+    def close(self) -> None:
+        self.db.close()
 
     def _first_minute(self) -> float | None:
         """When the history's first sample was taken: its first minute's start plus the part of
@@ -103,39 +171,21 @@ class EmbeddedSource:
         return out
 
     def _jobs(self, w: Window, hosts: dict[str, str]) -> list[JobWeek]:
-        slurm = self._slurm_attributes(w)
-        out = []
-        for t in history.job_totals(self.db, int(w.start), int(w.end)):
-            account, partition, qos = slurm.get(t.job.job_id, ("", "", "")) if t.job.job_id else ("", "", "")
-            out.append(
-                JobWeek(
-                    t.uuid,
-                    hosts.get(t.uuid, ""),
-                    t.job,
-                    t.sampled_seconds,
-                    t.busy_seconds,
-                    t.energy_joules,
-                    t.sm_active_seconds,
-                    t.allocated_idle_seconds,
-                    partition,
-                    charged_s=t.charged_seconds,
-                    stalled_s=t.stalled_seconds,
-                    account=account,
-                    qos=qos,
-                )
+        return [
+            JobWeek(
+                t.uuid,
+                hosts.get(t.uuid, ""),
+                t.job,
+                t.sampled_seconds,
+                t.busy_seconds,
+                t.energy_joules,
+                t.sm_active_seconds,
+                t.allocated_idle_seconds,
+                charged_s=t.charged_seconds,
+                stalled_s=t.stalled_seconds,
             )
-        return out
-
-    def _slurm_attributes(self, w: Window) -> dict[str, tuple[str, str, str]]:
-        """Job id -> (account, partition, qos): the finished job's record (slurmctld's word) where
-        it has one and names them, else what the job's environment named while it ran (jobs still
-        running, or whose record the history lacks)."""
-        env = history.job_attributes(self.db, int(w.start), int(w.end))
-        out = {k: (a.account, a.partition, a.qos) for k, a in env.items()}
-        for j in history.finished_jobs(self.db, w.start, w.end + 400 * 86400):  # ended in or after the week
-            named = out.get(j.job_id, ("", "", ""))
-            out[j.job_id] = (j.account or named[0], j.partition or named[1], j.qos or named[2])
-        return out
+            for t in history.job_totals(self.db, int(w.start), int(w.end))
+        ]
 
     def _scheduler(self, w: Window) -> tuple[list[QueueWeek], list[FailureWeek]]:
         finished = history.finished_jobs(self.db, w.start, w.end + 400 * 86400)  # ended in or after the week

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from analytics.config import PrometheusSettings
-from analytics.sources.base import SourceUnavailable
+from analytics.sources.base import PartFailed, SourceUnavailable
 from daemonkit.settings import ConfigError
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ def rng(seconds: float) -> str:
     return f"{max(1, math.ceil(seconds))}s"
 
 
-class QueryError(RuntimeError):
+class QueryError(PartFailed):
     """The server answered, and refused this query (bad PromQL, too much data, ...)."""
 
 

@@ -3,14 +3,12 @@ namespace) that only the source's job figures carry, and take their figures from
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 from analytics.config import FullSettings
 from analytics.report.build import build
 from analytics.report.model import CostRow, Report
 from analytics.sources import Source
-from analytics.sources.promapi import PromAPI
 from domain.week import WeekData, Window
 
 
@@ -26,7 +24,6 @@ class Read:
 def read(source: Source, window: Window, s: FullSettings, now: float | None = None) -> Read:
     """The window's data and its report (``analytics.report.build.build``, as ``gpuledger report``
     builds it, without the previous week's comparison)."""
-    api = getattr(source, "api", None)
-    with api.report() if isinstance(api, PromAPI) else nullcontext():
+    with source.session():
         data = source.week(window)
     return Read(data, build(data, s.cost, min_coverage=s.analytics.min_coverage, now=now))

@@ -1,30 +1,31 @@
 """NVIDIA dcgm-exporter's series as a source, for teams that run it and want the analytics alone.
 
 What the series look like and why each figure is read as it is: ``labels`` (devices, holders,
-hosts), ``queries`` (one scrape at a time, copies counted once), ``figures`` (MIG instances as
-shares of their GPU, holders' equal shares), ``stalls`` (the exporter's stall rule). Per day of the
-window a fixed set of queries, whatever the GPUs, pods and jobs: their number depends on the days.
+hosts), ``queries`` (one scrape at a time, copies counted once), ``figures`` and ``rows`` (MIG
+instances as shares of their GPU, holders' equal shares), ``stalls`` (the exporter's stall rule).
+Per day of the window a fixed set of queries, whatever the GPUs, pods and jobs: their number
+depends on the days. The rest (queue, failures, benchmarks from gpuledger's watcher and exporters
+where they run beside it, Slurm records, pod labels, the history's start by ``POWER``) is
+``analytics.sources.promql``'s.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from typing import cast
 
 from analytics.config import PrometheusSettings
-from analytics.sources import kubernetes
-from analytics.sources.base import SourceUnavailable
+from analytics.sources.base import GpuFigures, JobFigures, SourceUnavailable, Span
 from analytics.sources.dcgm import rows, stalls
 from analytics.sources.dcgm.figures import Again, Figures, Options
-from analytics.sources.dcgm.labels import GROUP, uuid_of
+from analytics.sources.dcgm.labels import GROUP, HPC_JOB, POD_SETS, POWER, uuid_of
 from analytics.sources.dcgm.queries import CHEAP_KINDS, Only, Queries, Reread
-from analytics.sources.promapi import PromAPI, QueryError, Series
-from analytics.sources.prometheus_slurm import scheduler_jobs
-from domain.week import Day, GpuWeek, JobWeek, QueueWeek, WeekData, Window, days
+from analytics.sources.promapi import PromAPI, QueryError, Series, label_value
+from analytics.sources.promql import JOB_LOOKBACK_DAYS, PromQLSource
+from domain.week import Window, days
 from exporter.sampling.stalls import StallRule
-
-BEFORE = 7 * 86400  # history_start: data this long before the window means it began earlier
 
 APPROXIMATIONS = (
     "dcgm-exporter: utilisation is the DCGM_FI_DEV_GPU_UTIL gauge at each scrape (aliased between scrapes); "
@@ -40,10 +41,6 @@ MIG_NOTE = (
     "dcgm-exporter: {n} GPU(s) in MIG mode: one identity each; busy time from DCGM_FI_PROF_GR_ENGINE_ACTIVE of "
     "their instances (there is no DCGM_FI_DEV_GPU_UTIL under MIG), each instance weighted by its compute slices "
     "over the GPU's; a pod or job on an instance holds that share"
-)
-NO_SCHEDULER = (
-    "dcgm-exporter: Slurm jobs (hpc_job) without a user or account: no gpuledger_slurm_job_info series (the "
-    "scheduler's record of each job, from gpuledger's Slurm watcher) in this window"
 )
 RESET = (
     "dcgm-exporter: an energy counter reset (a driver reload): that day's energy is the counter's growth scrape "
@@ -62,8 +59,9 @@ def _reread(again: Again, label: str) -> Reread:
     return Reread(only(again.copies), only(again.energy), only(again.gpus))
 
 
-class DcgmSource:
+class DcgmSource(PromQLSource):
     name = "dcgm"
+    first_metric = POWER
 
     def __init__(
         self,
@@ -73,9 +71,7 @@ class DcgmSource:
         stall: StallRule | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.s = settings
-        self.api = api or PromAPI(settings)
-        self.pod_labels = tuple(pod_labels)  # kube_pod_labels names the pod rows carry ([analytics] pod_labels)
+        super().__init__(settings, api, pod_labels)
         self.stall = stall or StallRule()
         self.clock = clock
         cluster = [settings.cluster_label] if settings.cluster_label else []
@@ -83,7 +79,8 @@ class DcgmSource:
             settings.dcgm_scrape_interval, [*GROUP, *settings.dcgm_host_labels, *cluster], settings.cluster_label
         )
 
-    def week(self, w: Window, *, jobs: bool = True) -> WeekData:
+    def gpus(self, w: Window) -> GpuFigures:
+        """The GPUs and (carried to ``jobs``) their holders: both from the same answers."""
         spans = days(w)
         problems: list[str] = []
         notes = list(APPROXIMATIONS)
@@ -91,13 +88,10 @@ class DcgmSource:
         fig = Figures(
             spans, Options(s.dcgm_scrape_interval, s.dcgm_host_labels, s.cluster_label, s.dcgm_exporter_containers)
         )
-        queries = [q for d in spans for q in self.q.cheap(d)]
-        queries += [self.q.start_counter(w.start), self.q.earlier(w.start, BEFORE)]
-        answers = self._ask(queries)
+        answers = self._ask([*(q for d in spans for q in self.q.cheap(d)), self.q.start_counter(w.start)])
         for d in range(len(spans)):
             fig.cheap(d, dict(zip(CHEAP_KINDS, answers[d * n : (d + 1) * n], strict=True)))
-        fig.start = {uuid_of(x.labels): x.value for x in answers[-2]}
-        earlier = bool(answers[-1])
+        fig.start = {uuid_of(x.labels): x.value for x in answers[-1]}
         targets = {v for groups in fig.groups for items in groups for k, v in items if k == "job"}  # scrape jobs
         rounds = [  # (day, its GPUs to read again, their (kind, query)s)
             (d, again, self.q.exact(spans[d], _reread(again, label)))
@@ -113,11 +107,7 @@ class DcgmSource:
         for d, again, asked in rounds:
             fig.exact(d, again, {kind: next(answered) for kind, _ in asked})
         self._stalls(w, fig, problems)
-
         gpus, energy_of = rows.gpus(fig)
-        held = rows.holders(fig, gpus, energy_of) if jobs else []
-        held = self._pod_labels(w, held, gpus, problems)
-        held = self._scheduler(w, held, gpus, notes, problems)
         if any(facts.resets for day in fig.days for facts in day.gpus.values()):
             notes.append(RESET)
         if mig := [g for g in gpus if g.busy_measure in (rows.GR_ENGINE, "mixed")]:
@@ -127,28 +117,42 @@ class DcgmSource:
                 f"dcgm-exporter: MIG profiles not understood ({', '.join(sorted(fig.unknown_profiles))}): "
                 "each counted as one compute slice"
             )
+        return GpuFigures(tuple(gpus), tuple(notes), tuple(problems), carry=(fig, energy_of))
+
+    def jobs(self, w: Window, g: GpuFigures) -> JobFigures:
+        fig, energy_of = cast(tuple[Figures, dict[tuple[str, int], float]], g.carry)
+        held = rows.holders(fig, g.gpus, energy_of)
+        notes = []
         if any(j.job.pod for j in held) and not fig.targets:
-            notes.append(NO_UP.format(containers=", ".join(s.dcgm_exporter_containers)))
-        history_start = None
-        first = next((d for d, g in enumerate(fig.days) if any(f.scrapes for f in g.gpus.values())), None)
-        if not earlier and first is not None:
-            history_start = self._first_scrape(spans[first], problems)
-        return WeekData(
-            w,
-            "dcgm",
-            tuple(gpus),
-            jobs=tuple(held),
-            queue=tuple(self._queue(w, problems)),
-            approximations=tuple(notes),
-            problems=tuple(problems),
-            history_start=history_start,
-        )
+            notes.append(NO_UP.format(containers=", ".join(self.s.dcgm_exporter_containers)))
+        return JobFigures(tuple(held), tuple(notes))
 
     def _ask(self, queries: list[tuple[str, float]]) -> list[list[Series]]:
         try:
             return self.api.query_many(queries)
         except QueryError as e:
             raise SourceUnavailable(f"prometheus {self.s.url}: dcgm-exporter series: {e}") from e
+
+    # --- where a job ran -------------------------------------------------------------------
+
+    def job_selectors(self, job: str, namespace: str, pod: str) -> list[str]:
+        """A Slurm job id (``hpc_job``) or a pod, under any of dcgm-exporter's and Prometheus' spellings."""
+        if namespace:
+            return [f'{p}="{label_value(pod)}", {n}="{label_value(namespace)}"' for p, n, _ in POD_SETS]
+        return [f'{HPC_JOB}="{label_value(job)}"', *(f'{p}="{label_value(job)}"' for p, _, _ in POD_SETS)]
+
+    def span_of(self, selectors: Sequence[str], now: float) -> Span | None:
+        """From the first to the end of the last scrape that lists the job, over any selector."""
+        stamps = " or ".join(f"timestamp({POWER}{{{sel}}})" for sel in selectors)
+        over = f"[{JOB_LOOKBACK_DAYS}d:1m]"
+        with self.api.report():
+            got = self.api.query_many(
+                [(f"min(min_over_time(({stamps}){over}))", now), (f"max(max_over_time(({stamps}){over}))", now)]
+            )
+        if not got[0] or not got[1]:
+            return None
+        start = got[0][0].value // 60 * 60
+        return Span(start, max(start + 60.0, math.ceil(got[1][0].value / 60) * 60.0))
 
     def _stalls(self, w: Window, fig: Figures, problems: list[str]) -> None:
         """Stalled scrapes, scrape by scrape, where a coarse search (blocks of half the rule's
@@ -192,59 +196,3 @@ class DcgmSource:
             return
         # one pass over all of them: a run that crosses two range queries is judged whole
         stalls.apply(found, copies, w, i, rule.min_seconds, fig.holder_of, fig.add_stalled)
-
-    def _pod_labels(self, w: Window, rows: list[JobWeek], gpus: list[GpuWeek], problems: list[str]) -> list[JobWeek]:
-        if not (self.pod_labels and any(j.job.pod for j in rows)):
-            return rows
-        try:
-            found = kubernetes.pod_labels(self.api, w, self.pod_labels, self.s.cluster_label)
-        except QueryError as e:
-            problems.append(f"pod labels: {e}")
-            return rows
-        if not found:
-            problems.append(kubernetes.NO_LABELS)
-        return kubernetes.label_rows(rows, gpus, found)
-
-    def _scheduler(
-        self, w: Window, rows: list[JobWeek], gpus: list[GpuWeek], notes: list[str], problems: list[str]
-    ) -> list[JobWeek]:
-        """The Slurm jobs' (``hpc_job``) user, account, partition and QOS: the scheduler's record
-        (gpuledger's Slurm watcher), joined on the GPU's cluster and the job id."""
-        if not any(j.job.job_id for j in rows):
-            return rows
-        try:
-            found = scheduler_jobs(self.api, w, self.s.cluster_label)
-        except QueryError as e:
-            problems.append(f"Slurm jobs' users and accounts: {e}")
-            return rows
-        if not found:
-            notes.append(NO_SCHEDULER)
-            return rows
-        cluster = {g.uuid: g.cluster for g in gpus}
-        out = []
-        for j in rows:
-            rec = found.get((cluster.get(j.uuid, ""), j.job.job_id)) if j.job.job_id else None
-            if rec is None:
-                out.append(j)
-                continue
-            key = replace(j.job, user=rec.user, account=rec.account, partition=rec.partition, qos=rec.qos)
-            out.append(replace(j, job=key, account=rec.account, partition=rec.partition, qos=rec.qos))
-        return out
-
-    def _queue(self, w: Window, problems: list[str]) -> list[QueueWeek]:
-        if not self.s.kube_state_metrics:
-            return []
-        try:
-            return kubernetes.queue_wait(self.api, w, self.s.cluster_label)
-        except QueryError as e:
-            problems.append(f"Kubernetes queue wait: {e}")
-            return []
-
-    def _first_scrape(self, day: Day, problems: list[str]) -> float | None:
-        """The fleet's first scrape in ``day`` (the first day with data)."""
-        try:
-            found = self.api.query(self.q.first_scrape(day), day.end)
-        except QueryError as e:
-            problems.append(f"dcgm-exporter history start: {e}")
-            return None
-        return min((s.value for s in found), default=None)

@@ -1,0 +1,155 @@
+"""One step for every source: a window's figures from a source's primitives, put together.
+
+In order: the GPUs; then, beside each other (where the store allows reads in threads), the jobs,
+their Slurm records and the parts that need no figures (queue, failures, benchmarks, the history's
+start); then the jobs joined to their Slurm records (``join_slurm``: the scheduler's record first,
+what the job's processes claimed where it says nothing) and to their pods' labels. A part that
+fails (``PartFailed``) is named in ``WeekData.problems`` and the rest is read; a source that cannot
+answer at all raises ``SourceUnavailable``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+from analytics.sources import kubernetes
+from analytics.sources.base import (
+    GpuFigures,
+    JobFigures,
+    JobRecords,
+    Labels,
+    PartFailed,
+    PodKey,
+    QueuePart,
+    Source,
+)
+from domain.jobs import JobKey
+from domain.week import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, Window
+
+T = TypeVar("T")
+NO_USER = (
+    "{n} Slurm job rows without a user: the scheduler's record of them (gpuledger_slurm_job_info, from "
+    "gpuledger's Slurm watcher) is not in this window"
+)
+
+
+def part(what: str, fn: Callable[[], T], empty: T, problems: list[str]) -> T:
+    """One part of a window: its value, or ``empty`` with the failure added to ``problems`` (the
+    report is then marked incomplete, the rest still read)."""
+    try:
+        return fn()
+    except PartFailed as e:
+        problems.append(f"{what}: {e}")
+        return empty
+
+
+class _Side:
+    """The parts that need no figures of the GPUs or jobs."""
+
+    def __init__(self, source: Source, w: Window, has_gpus: bool) -> None:
+        self.problems: list[str] = []
+        q = part("queue", lambda: source.queue(w), QueuePart(), self.problems)
+        self.queue, self.notes = q.rows, q.notes
+        self.problems += q.problems
+        no_failures: list[FailureWeek] = []
+        self.failures = part("failed jobs", lambda: source.failures(w), no_failures, self.problems)
+        no_bench: BenchWeek | None = None
+        self.bench = part("benchmarks", lambda: source.bench(w), no_bench, self.problems)
+        no_start: float | None = None
+        self.started = (
+            part("history start", lambda: source.history_start(w), no_start, self.problems) if has_gpus else None
+        )
+
+
+def week(source: Source, w: Window, *, jobs: bool = True) -> WeekData:
+    g = source.gpus(w)
+    problems = list(g.problems)
+    with ThreadPoolExecutor(2 if source.parallel else 1, thread_name_prefix="gpuledger-source") as pool:
+
+        def later(fn: Callable[[], T]) -> Future[T]:
+            """Beside the jobs where the store allows it, else after them."""
+            if source.parallel:
+                return pool.submit(fn)
+            f: Future[T] = Future()
+            f.set_result(fn())
+            return f
+
+        side = later(lambda: _Side(source, w, bool(g.gpus)))
+        no_records = JobRecords()
+        records = later(lambda: part("Slurm jobs' records", lambda: source.job_records(w), no_records, problems))
+        per_job = JobFigures()
+        if jobs:
+            per_job = source.jobs(w, g)
+            problems += per_job.problems
+        rows = list(per_job.jobs)
+        notes: list[str] = []
+        if any(j.job.job_id for j in rows):
+            rows = join_slurm(rows, g.gpus, g.targets, records.result())
+            if unknown := sum(1 for j in rows if j.job.job_id and not j.job.user):
+                notes.append(NO_USER.format(n=unknown))
+        if source.pod_label_names and any(j.job.pod for j in rows):
+            rows = _labelled(source, w, rows, g.gpus, problems)
+        s = side.result()
+    return WeekData(
+        w,
+        source.name,
+        g.gpus,
+        tuple(rows),
+        tuple(s.queue),
+        tuple(s.failures),
+        s.bench,
+        approximations=(*g.approximations, *per_job.approximations, *notes, *s.notes),
+        problems=(*problems, *s.problems),
+        history_start=s.started,
+    )
+
+
+def _labelled(
+    source: Source, w: Window, rows: list[JobWeek], gpus: Sequence[GpuWeek], problems: list[str]
+) -> list[JobWeek]:
+    """The pod rows with their chosen kube_pod_labels labels (``kubernetes.label_rows``)."""
+    none: Mapping[PodKey, Labels] | None = {}
+    found = part("pod labels", lambda: source.pod_labels(w, source.pod_label_names), none, problems)
+    if found is None:
+        return rows
+    if not found:
+        problems.append(kubernetes.NO_LABELS)
+    return kubernetes.label_rows(rows, gpus, found)
+
+
+def join_slurm(
+    rows: Sequence[JobWeek], gpus: Sequence[GpuWeek], targets: Mapping[str, str], records: JobRecords
+) -> list[JobWeek]:
+    """Each Slurm job row's account, partition and QOS (and, where the row has none, its user):
+    the scheduler's record of the job on its GPU's cluster, else what its processes claimed (on
+    its GPU's scrape target, else its cluster with its user); a field the scheduler leaves empty
+    is filled from the claim."""
+    cluster = {g.uuid: g.cluster for g in gpus}
+    out = []
+    for j in rows:
+        if not j.job.job_id:
+            out.append(j)
+            continue
+        c = cluster.get(j.uuid, "")
+        rec = records.scheduler.get((c, j.job.job_id))
+        claim = records.claim(c, targets.get(j.uuid, ""), j.job)
+        account, partition, qos = (
+            (rec.account or claim[0], rec.partition or claim[1], rec.qos or claim[2]) if rec else claim
+        )
+        user = j.job.user or (rec.user if rec else "")
+        key: JobKey = dataclasses.replace(j.job, user=user, account=account, partition=partition, qos=qos)
+        out.append(dataclasses.replace(j, job=key, account=account, partition=partition, qos=qos))
+    return out
+
+
+class Enriched:
+    """What every source's ``week`` is: its primitives through ``week`` above."""
+
+    def week(self: Source, window: Window, *, jobs: bool = True) -> WeekData:
+        return week(self, window, jobs=jobs)
+
+
+__all__ = ["Enriched", "GpuFigures", "JobFigures", "QueueWeek", "join_slurm", "part", "week"]
