@@ -1,6 +1,6 @@
 # gpuledger image: the exporter, the analytics daemon and `up`. Built and run in CI with podman by
 # scripts/test-image (a Debian bookworm base made with mmdebstrap, wheels made on the host);
-# tests/test_deploy_dockerfile.py checks its structure. Deployments: docs/deploy.md.
+# tests/deploy/test_deploy_dockerfile.py checks its structure. Deployments: docs/deploy.md.
 #
 #   docker build -t gpuledger:0.1.0 .                      # from the repository root
 #   docker build -t gpuledger:0.1.0-bench --build-arg BENCH=true .   # + torch for the benchmarks

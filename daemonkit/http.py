@@ -489,8 +489,13 @@ class MetricsServer(ThreadingHTTPServer):
         return f"{scheme}://{'[' + shown + ']' if ':' in shown else shown}:{port}"
 
 
+POLL_SECONDS = 0.1
+
+
 def serve(server: MetricsServer, name: str = "gpuledger-http") -> threading.Thread:
-    """Serve in a daemon thread; stop with ``server.shutdown()`` and ``server.server_close()``."""
-    th = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name=name, daemon=True)
+    """Serve in a daemon thread; stop with ``server.shutdown()`` and ``server.server_close()``.
+    ``shutdown()`` waits for the loop's next poll: 0.1 s (ten idle wake-ups a second, nothing
+    measurable) lets a daemon stop, and a test's server with it, in a fifth of the standard 0.5 s."""
+    th = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_SECONDS}, name=name, daemon=True)
     th.start()
     return th

@@ -2,7 +2,7 @@
 
 A page marks a value as ``<!-- value: NAME -->...<!-- /value -->``; ``render`` puts the code's
 current value between the marks. ``python -m gpuledger.docvalues`` rewrites the pages in place
-(``--check`` only says which are stale, exit 1); tests/test_docs.py fails when a page is stale or
+(``--check`` only says which are stale, exit 1); tests/product/test_docs.py fails when a page is stale or
 names a value this table does not have.
 """
 

@@ -1,6 +1,6 @@
 """``docs/dashboards.md``, rendered from the dashboard modules (titles, descriptions, units,
 thresholds), so the docs cannot drift from the dashboards. ``python grafana/generate.py`` writes it;
-tests/test_dashboards.py fails when it is stale."""
+tests/deploy/test_dashboards.py fails when it is stale."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ INTRO = """# Dashboards
 Five Grafana dashboards ship in `grafana/dashboards/` (JSON, checked in). They are built as code by
 `grafana/*.py` (one module per dashboard, no third-party dependency) and written by
 `python grafana/generate.py`, which also writes this page from the panels' titles, descriptions,
-units and thresholds; `tests/test_dashboards.py` fails when either is stale, and runs every panel's
+units and thresholds; `tests/deploy/test_dashboards.py` fails when either is stale, and runs every panel's
 query (and every variable's) against a real Prometheus that scraped a replay exporter and the
 analytics daemon and holds a backfilled synthetic day: a query that errors or returns nothing fails
 the build.

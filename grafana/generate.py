@@ -1,7 +1,7 @@
 """Write grafana/dashboards/*.json and docs/dashboards.md from the dashboard modules:
 ``python grafana/generate.py``.
 
-Both are checked in; tests/test_dashboards.py fails when it differs from what this writes.
+Both are checked in; tests/deploy/test_dashboards.py fails when it differs from what this writes.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ prefixed ``@gpuledger``; everything else goes to stderr. Tears down explicitly b
 
 Test hook: ``GPULEDGER_BENCH_TEST_HANG_RANK=N`` makes global rank N ignore SIGTERM and sleep
 before its first collective, so only SIGKILL ends it and the other ranks wait in that collective
-(tests/test_bench_multinode.py). Unset, as everywhere outside tests, it does nothing.
+(tests/exporter/test_bench_multinode.py). Unset, as everywhere outside tests, it does nothing.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def read() -> ProcessStats | None:
 
 def _row(name: str, kind: Kind, help: str, proc_file: str, fn: Callable[[ProcessStats], float | None]) -> MetricDef:
     """A row as ProcessCollector declares it: its name, type and help, and no unit
-    (tests/test_metric_registry.py holds them equal)."""
+    (tests/exporter/test_metric_registry.py holds them equal)."""
     source = f"prometheus_client ProcessCollector (/proc/self/{proc_file})"
     return part_row(ProcessStats, name, kind, "", help, source, fn)
 

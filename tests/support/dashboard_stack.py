@@ -1,4 +1,4 @@
-"""The live stack of the dashboard test (tests/test_dashboards.py): a Prometheus that holds a
+"""The live stack of the dashboard test (tests/deploy/test_dashboards.py): a Prometheus that holds a
 backfilled synthetic day and scrapes a replay exporter and the analytics daemon; and a dashboard's
 variables and panel queries evaluated against it as Grafana would."""
 

@@ -6,7 +6,7 @@ does not know (a misspelt option, one of another panel kind) is lost on the way;
 closed set (an enum, a ``Literal``) is kept but is checked against it here, and so is each unit
 against the SDK's list of Grafana's units (or a custom ``suffix:``-style one). Transformation options
 and override values are ``object`` in the schema, so they are not checked (their tests are the
-layout and query tests of tests/test_dashboards.py).
+layout and query tests of tests/deploy/test_dashboards.py).
 """
 
 from __future__ import annotations

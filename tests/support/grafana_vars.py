@@ -1,4 +1,4 @@
-"""What Grafana does to a query before it reaches Prometheus, for tests/test_dashboards.py: the
+"""What Grafana does to a query before it reaches Prometheus, for tests/deploy/test_dashboards.py: the
 built-in interval and range variables of a panel viewed over the last day, and the substitution of
 template variables (multi-value ones as a regex alternation)."""
 

@@ -1,5 +1,5 @@
 """Malformed replay captures, built from the bundled one: each with the line a loader must name
-and a phrase its message must hold. Used by tests/test_hostile_inputs.py and bench/attacks/inputs.py."""
+and a phrase its message must hold. Used by tests/product/test_hostile_inputs.py and bench/attacks/inputs.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Loading and checking Kubernetes objects for tests/test_deploy_kubernetes.py: schema validation
+"""Loading and checking Kubernetes objects for tests/deploy/test_deploy_kubernetes.py: schema validation
 (kubernetes-validate, 1.32, strict), prometheus-operator objects, workloads, Services, the GPU
 exporter, the replay overlay's restricted pods and the analytics Deployment."""
 

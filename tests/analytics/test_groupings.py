@@ -31,9 +31,9 @@ from analytics.report.markdown import to_markdown
 from analytics.report.model import UNALLOCATED, Report
 from domain.jobs import JobKey
 from domain.week import GpuWeek, JobWeek, WeekData, Window, iso_week
+from tests.analytics.test_report_html import browser, show  # noqa: F401 (the Chromium fixture)
 from tests.support.conservation import COST_COLUMNS, assert_conserves, total
 from tests.support.sources import StubSource
-from tests.test_report_html import browser, show  # noqa: F401 (the Chromium fixture)
 
 if TYPE_CHECKING:
     from selenium.webdriver.chrome.webdriver import WebDriver

@@ -32,8 +32,8 @@ from analytics.statements.read import Read
 from analytics.statements.statement import keys, statement, statement_of
 from domain.week import WeekData, Window
 from gpuledger.cli import main
+from tests.analytics.test_groupings import AFTER, ALL, WEEK, _sections, fleet
 from tests.support.conservation import COST_COLUMNS, assert_conserves, total
-from tests.test_groupings import AFTER, ALL, WEEK, _sections, fleet
 
 PARTS = "cluster-and-partition"
 CLUSTER_PARTITION = Grouping(

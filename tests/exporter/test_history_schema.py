@@ -27,7 +27,7 @@ from exporter import history
 from exporter.history.schema import MIGRATIONS
 from exporter.snapshot import ROLLUP_FIELDS
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent
 DATA = TESTS / "data"
 GOLDEN = TESTS / "golden" / "history-schema.sql"
 

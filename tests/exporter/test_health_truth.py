@@ -22,13 +22,13 @@ from exporter.readers.fake import FakeReader
 from exporter.scrape.cache import RenderCache
 from exporter.scrape.health import readiness
 from exporter.scrape.site import ExporterSite
+from tests.deploy.test_deploy_dockerfile import healthcheck_argv, parse_dockerfile, run_healthcheck
 from tests.support.clock import FakeMonotonic
 from tests.support.deploy_files import DOCKERFILE
 from tests.support.http import http_get
 from tests.support.metrics import one, parse_metrics
 from tests.support.processes import ExporterProcess
 from tests.support.sampling import make_sampler
-from tests.test_deploy_dockerfile import healthcheck_argv, parse_dockerfile, run_healthcheck
 
 NO_NVML_HERE = ctypes.util.find_library("nvidia-ml") is None
 DOWN = ReaderUnavailable("NVML Shared Library Not Found", call="open", library_missing=True)

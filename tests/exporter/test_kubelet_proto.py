@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from exporter.attribution.kubelet import METHOD, PodDevice, PodResourcesClient, PodResourcesError, parse_list_response
 
-PROTO = Path(__file__).parent / "proto" / "podresources_v1.proto"
+PROTO = Path(__file__).parent.parent / "proto" / "podresources_v1.proto"
 NVIDIA = "nvidia.com/"
 HOSTILE = 'tr"ain\\ing\n<script>ü'
 

@@ -7,7 +7,7 @@
 - The one-shot commands (report, job, statement, demo --no-serve, version, the doc generators)
   run for real against a generated week in an embedded history and in a real Prometheus, and the
   servers (exporter, analytics, up, demo) start and answer on /metrics; the benchmarks are run by
-  tests/test_bench_runs.py, the images and stacks by scripts/test-image. What a reader's example
+  tests/exporter/test_bench_runs.py, the images and stacks by scripts/test-image. What a reader's example
   names that the fixture cannot have (their history path, their Prometheus, their job id, week
   and account) is mapped to the fixture's own, in SUBSTITUTIONS below.
 """

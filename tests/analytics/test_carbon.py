@@ -23,9 +23,9 @@ from analytics.report.build import build
 from analytics.report.model import UNALLOCATED, CostRow, Report
 from domain.jobs import JobKey
 from domain.week import GpuWeek, JobWeek, WeekData, iso_week
+from tests.analytics.test_cost_properties import HOURS, _week, gpu
 from tests.support.conservation import assert_conserves
 from tests.support.paths import REPO
-from tests.test_cost_properties import HOURS, _week, gpu
 
 WEEK = iso_week("2026-W48", "Europe/Berlin")  # Monday 2026-11-23 00:00 local
 H = 3600.0
