@@ -13,7 +13,7 @@ import pytest
 
 from analytics.report import from_json
 from analytics.synthetic import Fleet
-from tests.support.fleet import WEEK, history, prometheus, small_fleet
+from tests.support.fleet import WEEK, prometheus
 from tests.support.http import free_port, http_get
 from tests.support.metrics import one, parse_metrics
 from tests.support.paths import REPO
@@ -22,16 +22,6 @@ from tests.support.wait import wait_until
 
 # starts real components (see [tool.pytest.ini_options] markers): not in scripts/test --fast
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def fleet() -> Fleet:
-    return small_fleet()
-
-
-@pytest.fixture(scope="module")
-def hist(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return history(fleet, tmp_path_factory.mktemp("hist"))
 
 
 def test_report_from_the_embedded_history_writes_every_format(hist: Path, fleet: Fleet, tmp_path: Path) -> None:

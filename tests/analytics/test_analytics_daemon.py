@@ -22,29 +22,11 @@ from exporter.history import HistoryWriter
 from tests.support.clock import ANCHOR, clock_now
 from tests.support.http import free_port, http_get
 from tests.support.metrics import one, parse_metrics
+from tests.support.settings import H200_COST, analytics_settings
 from tests.support.wait import wait_until
 
 TZ = "America/New_York"
 HISTORY_DAYS = 15  # the last full week (in TZ, DST included) starts less than 15 days before any now
-
-
-def _settings(tmp: Path, **analytics: object) -> FullSettings:
-    return FullSettings(
-        analytics={
-            "source": "embedded",
-            "history": tmp / "history.db",
-            "reports_dir": tmp / "reports",
-            "timezone": TZ,
-            "listen": "127.0.0.1:0",
-            **analytics,
-        },
-        cost={
-            "currency": "EUR",
-            "energy_price_per_kwh": 0.2,
-            "pue": 1.4,
-            "rules": [{"match_model": "H200", "purchase_price": 30000, "depreciation_years": 5}],
-        },
-    )
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +44,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def daemon(folder: Path) -> Iterator[Analytics]:
-    a = Analytics(_settings(folder), clock=clock_now)
+    a = Analytics(analytics_settings(folder, analytics={"timezone": TZ}, cost=H200_COST), clock=clock_now)
     a.start()
     yield a
     a.stop()
@@ -141,7 +123,9 @@ def test_reports_are_served_and_nothing_else(daemon: Analytics, folder: Path) ->
 
 
 def test_a_failing_source_is_counted_and_the_rest_keeps_serving(folder: Path, tmp_path: Path) -> None:
-    s = _settings(folder, source="prometheus", reports_dir=tmp_path / "r")
+    s = analytics_settings(
+        folder, analytics={"timezone": TZ, "source": "prometheus", "reports_dir": tmp_path / "r"}, cost=H200_COST
+    )
     dead = s.prometheus.model_copy(update={"url": f"http://127.0.0.1:{free_port()}", "retries": 0})  # nothing listens
     s = s.model_copy(update={"prometheus": dead})
     a = Analytics(s)
@@ -162,7 +146,7 @@ def test_a_failing_source_is_counted_and_the_rest_keeps_serving(folder: Path, tm
 def test_an_empty_history_is_no_data_not_an_error_and_the_refresh_retries_in_a_minute(tmp_path: Path) -> None:
     """A fresh install: the exporter has created the history but written no minute yet."""
     HistoryWriter(tmp_path / "history.db", hostname="gpu-node-01").stop()
-    a = Analytics(_settings(tmp_path), clock=clock_now)
+    a = Analytics(analytics_settings(tmp_path, analytics={"timezone": TZ}, cost=H200_COST), clock=clock_now)
     a.start()
     try:
         assert wait_until(lambda: {("refresh", "no_data"), ("weekly", "no_data")} <= a.run_state()[0].keys(), 30)
@@ -182,7 +166,7 @@ def test_an_empty_history_is_no_data_not_an_error_and_the_refresh_retries_in_a_m
 
 def test_a_restart_serves_the_last_report_on_disk(daemon: Analytics, folder: Path) -> None:
     assert wait_until(lambda: "week" in daemon.reports(), 60)
-    s = _settings(folder, listen=f"127.0.0.1:{free_port()}")
+    s = analytics_settings(folder, analytics={"timezone": TZ, "listen": f"127.0.0.1:{free_port()}"}, cost=H200_COST)
     again = Analytics(s, clock=clock_now)
     again.load_latest()
     try:
@@ -240,7 +224,7 @@ def test_every_task_has_its_run_counters_at_zero_before_its_first_run(
     """Before anything ran (the scheduler not started): each task the configuration runs has its
     three counters at 0, so rate() and an alert on errors have a series from the first scrape."""
     HistoryWriter(tmp_path / "history.db", hostname="gpu-node-01").stop()
-    base = _settings(tmp_path)
+    base = analytics_settings(tmp_path, analytics={"timezone": TZ}, cost=H200_COST)
     a = Analytics(FullSettings(analytics=base.analytics, cost=base.cost, **extra), clock=clock_now)
     a.server.server_close()  # never served: only the exposition is asked
     m = parse_metrics(a.site.render(None, False)[0].decode())
@@ -259,7 +243,9 @@ def test_without_json_in_formats_the_weekly_report_is_written_once_and_served_af
 ) -> None:
     """``formats = ["html"]``: the daemon still keeps its JSON record, so a restart serves last
     week's figures and does not write the report again."""
-    s = _settings(folder, reports_dir=tmp_path / "r", formats=["html"])
+    s = analytics_settings(
+        folder, analytics={"timezone": TZ, "reports_dir": tmp_path / "r", "formats": ["html"]}, cost=H200_COST
+    )
     a = Analytics(s, clock=clock_now)
     a.server.server_close()
     label = last_full_week(clock_now(), TZ).label

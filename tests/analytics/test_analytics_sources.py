@@ -25,16 +25,11 @@ from analytics.synthetic import Fleet
 from domain.week import BenchWeek, WeekData, Window, iso_week
 from exporter.slurm.watcher import WAIT_BUCKETS
 from tests.support.conservation import assert_conserves
-from tests.support.fleet import WEEK, history, prometheus, small_fleet, truth_quantile
+from tests.support.fleet import WEEK, history, prometheus, truth_quantile
 from tests.support.prometheus import PrometheusServer
 
 EXACT = 1e-9  # counters summed exactly (float rounding only)
 STEP = 60.0  # the synthetic fleet's scrape interval
-
-
-@pytest.fixture(scope="module")
-def fleet() -> Fleet:
-    return small_fleet()
 
 
 @pytest.fixture(scope="module")

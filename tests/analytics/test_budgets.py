@@ -16,6 +16,7 @@ from analytics.daemon import Analytics
 from domain.jobs import JobKey
 from domain.week import GpuWeek, JobWeek, WeekData, Window
 from tests.support.metrics import one, parse_metrics
+from tests.support.settings import analytics_settings
 from tests.support.sources import StubSource
 
 H = 3600.0
@@ -25,6 +26,16 @@ RATE = 2.0  # EUR per GPU-hour, energy included: cost = 2 x hours exactly
 
 def _at(day: int, hour: int = 0) -> float:
     return dt.datetime(2026, 11, day, hour, tzinfo=dt.UTC).timestamp()
+
+
+BUDGETS = {
+    "rules": [
+        {"group": "account", "key": "physics", "gpu_hours": 500},
+        {"group": "account", "key": "physics", "currency": 1000},
+        {"group": "account", "key": "chem", "currency": 300},  # no jobs this month
+    ]
+}
+CLOUD_COST = {"currency": "EUR", "rules": [{"kind": "cloud", "price_per_gpu_hour": RATE, "energy_included": True}]}
 
 
 class _Source(StubSource):
@@ -46,27 +57,8 @@ class _Source(StubSource):
         return WeekData(window, "t", (gpu,), (job,) if jobs else (), history_start=self.first)
 
 
-def _settings(tmp: Path | None = None) -> FullSettings:
-    rules = [
-        {"group": "account", "key": "physics", "gpu_hours": 500},
-        {"group": "account", "key": "physics", "currency": 1000},
-        {"group": "account", "key": "chem", "currency": 300},  # no jobs this month
-    ]
-    analytics: dict[str, object] = {"listen": "127.0.0.1:0"}
-    if tmp is not None:
-        analytics["reports_dir"] = tmp / "reports"
-    return FullSettings(
-        analytics=analytics,
-        cost={
-            "currency": "EUR",
-            "rules": [{"kind": "cloud", "price_per_gpu_hour": RATE, "energy_included": True}],
-        },
-        budgets={"rules": rules},
-    )
-
-
 def _figures(now: float, source: _Source | None = None) -> dict[tuple[str, str], budgets.BudgetFigure]:
-    s = _settings()
+    s = analytics_settings(cost=CLOUD_COST, budgets=BUDGETS)
     got = budgets.month_report(source or _Source(), s, now)
     return {(f.key, f.unit): f for f in budgets.figures(s, got)}
 
@@ -110,7 +102,7 @@ def test_a_history_starting_mid_month_forecasts_from_its_first_data() -> None:
 def test_no_figures_before_the_months_first_data() -> None:
     f = _figures(_at(16), _Source(gpus=False))
     assert all(x.spent is None and x.forecast is None for x in f.values())
-    s = _settings()
+    s = analytics_settings(cost=CLOUD_COST, budgets=BUDGETS)
     assert budgets.month_report(_Source(), s, NOV + 30) is None  # not yet a minute of the month
     assert [x.limit for x in budgets.figures(s, None)] == [500.0, 1000.0, 300.0]
 
@@ -154,7 +146,11 @@ def test_the_config_refuses_a_budget_given_twice() -> None:
 
 def test_the_daemon_exports_the_budget_gauges_at_each_refresh(tmp_path: Path) -> None:
     clock = [_at(16)]
-    a = Analytics(_settings(tmp_path), source=_Source(), clock=lambda: clock[0])
+    a = Analytics(
+        analytics_settings(analytics={"reports_dir": tmp_path / "reports"}, cost=CLOUD_COST, budgets=BUDGETS),
+        source=_Source(),
+        clock=lambda: clock[0],
+    )
     try:
         before = parse_metrics(a.site.render(None, False)[0].decode())
         assert one(before, "gpuledger_budget_limit", group="account", key="physics", unit="gpu_hours") == 500.0

@@ -17,49 +17,12 @@ from analytics.report.model import UNALLOCATED, Report
 from domain.jobs import JobKey
 from domain.week import GpuWeek, JobWeek, WeekData, iso_week
 from tests.support.conservation import COST_COLUMNS, assert_conserves
+from tests.support.weeks import gpu_week, job_week
 
 WEEK = iso_week("2026-W48")
 H = 3600.0
 WEEK_S = 168 * H
 AFTER = WEEK.end + 3600  # the report is made after the week: every hour is charged
-
-
-def _gpu(uuid: str = "GPU-a", host: str = "n1", busy_h: float = 100.0, stalled_h: float | None = None) -> GpuWeek:
-    return GpuWeek(
-        uuid,
-        host,
-        "NVIDIA H200",
-        "0",
-        WEEK_S,
-        busy_h * H,
-        None,
-        WEEK_S,
-        0.0,
-        80 * 3.6e6,
-        stalled_s=None if stalled_h is None else stalled_h * H,
-    )
-
-
-def _job(
-    job_id: str,
-    user: str,
-    held_h: float,
-    busy_h: float,
-    charged_h: float | None = None,
-    uuid: str = "GPU-a",
-    energy_kwh: float = 0.0,
-    stalled_h: float | None = None,
-) -> JobWeek:
-    return JobWeek(
-        uuid,
-        "n1",
-        JobKey(job_id, user),
-        held_h * H,
-        busy_h * H,
-        energy_kwh * 3.6e6,
-        charged_s=None if charged_h is None else charged_h * H,
-        stalled_s=None if stalled_h is None else stalled_h * H,
-    )
 
 
 def _report(gpus: tuple[GpuWeek, ...], jobs: tuple[JobWeek, ...], cost: CostModel | None = None) -> Report:
@@ -72,9 +35,15 @@ def _row(r: Report, group: str, key: str) -> float:
 
 
 def test_two_jobs_sharing_a_gpu_all_week_pay_its_cost_once() -> None:
-    gpu = _gpu(busy_h=120)
+    gpu = gpu_week(busy_h=120, allocated_h=168.0, allocated_idle_h=0.0, energy_kwh=80.0)
     # each held the GPU all week; the exporter's shares charged each half of every round
-    r = _report((gpu,), (_job("1", "ann", 168, 60, charged_h=84), _job("2", "bob", 168, 60, charged_h=84)))
+    r = _report(
+        (gpu,),
+        (
+            job_week("1", "ann", held_h=168, busy_h=60, charged_h=84),
+            job_week("2", "bob", held_h=168, busy_h=60, charged_h=84),
+        ),
+    )
     assert _row(r, "user", "ann") == pytest.approx(r.fleet.hardware_cost / 2)
     assert _row(r, "user", "bob") == pytest.approx(r.fleet.hardware_cost / 2)
     (rest,) = r.group(UNALLOCATED)
@@ -87,7 +56,10 @@ def test_two_jobs_sharing_a_gpu_all_week_pay_its_cost_once() -> None:
 
 def test_without_shares_overlapping_held_time_is_scaled_to_the_gpu() -> None:
     """An older exporter (no charged counter): both held it all week; together they pay the GPU once."""
-    r = _report((_gpu(),), (_job("1", "ann", 168, 50), _job("2", "bob", 168, 50)))
+    r = _report(
+        (gpu_week(allocated_h=168.0, allocated_idle_h=0.0, energy_kwh=80.0),),
+        (job_week("1", "ann", held_h=168, busy_h=50), job_week("2", "bob", held_h=168, busy_h=50)),
+    )
     hw = sum(x.hardware_cost for x in r.group("job"))
     assert hw == pytest.approx(r.fleet.hardware_cost)  # was twice the GPU's cost
     assert _row(r, "job", "1") == pytest.approx(_row(r, "job", "2"))
@@ -95,7 +67,10 @@ def test_without_shares_overlapping_held_time_is_scaled_to_the_gpu() -> None:
 
 
 def test_what_no_job_held_is_the_unallocated_row() -> None:
-    r = _report((_gpu(busy_h=30),), (_job("1", "ann", 42, 30, charged_h=42),))  # a quarter of the week
+    r = _report(
+        (gpu_week(busy_h=30, allocated_h=168.0, allocated_idle_h=0.0, energy_kwh=80.0),),
+        (job_week("1", "ann", held_h=42, busy_h=30, charged_h=42),),
+    )  # a quarter of the week
     (rest,) = r.group(UNALLOCATED)
     assert rest.available_gpu_hours == pytest.approx(126)
     assert rest.hardware_cost == pytest.approx(r.fleet.hardware_cost * 0.75)
@@ -110,15 +85,21 @@ def _idle(r: Report, job: str) -> float:
 
 
 def test_a_gpu_without_jobs_is_all_unallocated() -> None:
-    r = _report((_gpu("GPU-a"), _gpu("GPU-b", "n2")), (_job("1", "ann", 168, 100, charged_h=168, energy_kwh=80),))
+    r = _report(
+        (
+            gpu_week("GPU-a", allocated_h=168.0, allocated_idle_h=0.0, energy_kwh=80.0),
+            gpu_week("GPU-b", "n2", allocated_h=168.0, allocated_idle_h=0.0, energy_kwh=80.0),
+        ),
+        (job_week("1", "ann", held_h=168, busy_h=100, charged_h=168, energy_kwh=80),),
+    )
     (rest,) = r.group(UNALLOCATED)
     assert rest.gpus == 1 and rest.total_cost == pytest.approx(r.fleet.total_cost / 2, rel=1e-9)
     assert_conserves(r)
 
 
 def test_stalled_time_is_not_useful() -> None:
-    gpu = _gpu(busy_h=100, stalled_h=20)
-    jobs = (_job("hung", "ann", 168, 100, charged_h=168, stalled_h=20),)
+    gpu = gpu_week(busy_h=100, stalled_h=20, allocated_h=168.0, allocated_idle_h=0.0, energy_kwh=80.0)
+    jobs = (job_week("hung", "ann", held_h=168, busy_h=100, charged_h=168, stalled_h=20),)
     r = _report((gpu,), jobs)
     assert r.fleet.stalled_gpu_hours == pytest.approx(20)
     assert r.fleet.useful_gpu_hours == pytest.approx(80)  # busy less stalled
@@ -131,7 +112,10 @@ def test_stalled_time_is_not_useful() -> None:
 
 
 def test_no_stalled_figure_without_a_measure() -> None:
-    r = _report((_gpu(busy_h=100),), (_job("1", "ann", 168, 100, charged_h=168),))
+    r = _report(
+        (gpu_week(busy_h=100, allocated_h=168.0, allocated_idle_h=0.0, energy_kwh=80.0),),
+        (job_week("1", "ann", held_h=168, busy_h=100, charged_h=168),),
+    )
     assert r.fleet.stalled_gpu_hours is None and r.stalled_jobs == []
     assert r.fleet.useful_gpu_hours == pytest.approx(100)
 
@@ -209,7 +193,13 @@ def test_every_grouping_adds_up_to_the_fleet(cases: list[tuple], useful: str) ->
 
 def test_jobs_on_a_gpu_without_figures_are_left_out_and_named() -> None:
     """Per-job series on a GPU whose own series are missing: their hours are not the fleet's."""
-    r = _report((_gpu(),), (_job("1", "ann", 168, 100, charged_h=168), _job("ghost", "bob", 50, 10, uuid="GPU-z")))
+    r = _report(
+        (gpu_week(allocated_h=168.0, allocated_idle_h=0.0, energy_kwh=80.0),),
+        (
+            job_week("1", "ann", held_h=168, busy_h=100, charged_h=168),
+            job_week("ghost", "bob", held_h=50, busy_h=10, uuid="GPU-z"),
+        ),
+    )
     assert {x.key for x in r.group("job")} == {"1"}
     assert any("1 job rows on 1 GPUs without GPU figures" in a and "GPU-z" in a for a in r.approximations)
     assert_conserves(r)

@@ -12,10 +12,8 @@ from hypothesis import strategies as st
 from analytics.cost import CostModel, PriceRule, TariffWindow
 from analytics.report.build import build
 from analytics.report.model import CostRow
-from domain.week import GpuWeek, WeekData, Window, iso_week
+from tests.support.weeks import HOURS, HourlyGpu, hourly_gpu, hourly_week
 
-WEEK = iso_week("2026-W10", "Europe/Berlin")
-HOURS = 168
 ADDITIVE = (
     "available_gpu_hours",
     "sampled_gpu_hours",
@@ -28,13 +26,6 @@ ADDITIVE = (
     "idle_cost",
 )
 
-# one GPU: per hour (sampled s, busy s, SM-active s, joules), plus its host and model
-hour = st.tuples(st.floats(0, 3600), st.floats(0, 1), st.floats(0, 1), st.floats(0, 700 * 3600)).map(
-    lambda t: (t[0], t[0] * t[1], t[0] * t[1] * t[2], t[3])
-)
-# a pattern of 1 to 13 hours, repeated over the week (13 is prime to 24: days differ)
-week_of_hours = st.lists(hour, min_size=1, max_size=13).map(lambda p: [p[i % len(p)] for i in range(HOURS)])
-gpu = st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["NVIDIA H200", "NVIDIA A100"]), week_of_hours)
 rules = st.lists(
     st.one_of(
         st.builds(
@@ -69,37 +60,14 @@ models = st.builds(
 )
 
 
-def _week(gpus: list[tuple[str, str, list[tuple[float, ...]]]], first: int = 0, last: int = HOURS) -> WeekData:
-    w = Window(WEEK.start + 3600 * first, WEEK.start + 3600 * last, "part", WEEK.timezone)
-    out = []
-    for i, (host, model, hours) in enumerate(gpus):
-        part = hours[first:last]
-        out.append(
-            GpuWeek(
-                uuid=f"GPU-{i}",
-                host=host,
-                model=model,
-                gpu=str(i),
-                sampled_s=sum(h[0] for h in part),
-                busy_s=sum(h[1] for h in part),
-                sm_active_s=sum(h[2] for h in part),
-                allocated_s=None,
-                allocated_idle_s=None,
-                energy_j=sum(h[3] for h in part),
-                energy_by_hour=tuple(h[3] for h in part),
-            )
-        )
-    return WeekData(w, "test", tuple(out))
-
-
 def _figures(row: CostRow) -> dict[str, float]:
     return {f: getattr(row, f) or 0.0 for f in ADDITIVE}
 
 
 @settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", "60")), deadline=None)
-@given(st.lists(gpu, min_size=1, max_size=6), models)
-def test_every_figure_is_non_negative(gpus: list[tuple[str, str, list[tuple[float, ...]]]], cost: CostModel) -> None:
-    r = build(_week(gpus), cost)
+@given(st.lists(hourly_gpu, min_size=1, max_size=6), models)
+def test_every_figure_is_non_negative(gpus: list[HourlyGpu], cost: CostModel) -> None:
+    r = build(hourly_week(gpus), cost)
     for row in [r.fleet, *r.rows]:
         for name, value in _figures(row).items():
             assert value >= 0, (row.group, row.key, name)
@@ -109,23 +77,19 @@ def test_every_figure_is_non_negative(gpus: list[tuple[str, str, list[tuple[floa
 
 
 @settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", "60")), deadline=None)
-@given(st.lists(gpu, min_size=1, max_size=6), models)
-def test_the_fleet_is_the_sum_of_its_hosts(
-    gpus: list[tuple[str, str, list[tuple[float, ...]]]], cost: CostModel
-) -> None:
-    whole = _figures(build(_week(gpus), cost).fleet)
-    parts = [_figures(build(_week([g for g in gpus if g[0] == h]), cost).fleet) for h in {g[0] for g in gpus}]
+@given(st.lists(hourly_gpu, min_size=1, max_size=6), models)
+def test_the_fleet_is_the_sum_of_its_hosts(gpus: list[HourlyGpu], cost: CostModel) -> None:
+    whole = _figures(build(hourly_week(gpus), cost).fleet)
+    parts = [_figures(build(hourly_week([g for g in gpus if g[0] == h]), cost).fleet) for h in {g[0] for g in gpus}]
     for name, value in whole.items():
         assert math.isclose(value, sum(p[name] for p in parts), rel_tol=1e-9, abs_tol=1e-6), name
 
 
 @settings(max_examples=int(os.environ.get("PROPERTY_EXAMPLES", "60")), deadline=None)
-@given(st.lists(gpu, min_size=1, max_size=4), models, st.integers(1, HOURS - 1))
-def test_a_week_costs_what_its_parts_cost(
-    gpus: list[tuple[str, str, list[tuple[float, ...]]]], cost: CostModel, split: int
-) -> None:
-    whole = _figures(build(_week(gpus), cost).fleet)
-    a = _figures(build(_week(gpus, 0, split), cost).fleet)
-    b = _figures(build(_week(gpus, split, HOURS), cost).fleet)
+@given(st.lists(hourly_gpu, min_size=1, max_size=4), models, st.integers(1, HOURS - 1))
+def test_a_week_costs_what_its_parts_cost(gpus: list[HourlyGpu], cost: CostModel, split: int) -> None:
+    whole = _figures(build(hourly_week(gpus), cost).fleet)
+    a = _figures(build(hourly_week(gpus, 0, split), cost).fleet)
+    b = _figures(build(hourly_week(gpus, split, HOURS), cost).fleet)
     for name, value in whole.items():
         assert math.isclose(value, a[name] + b[name], rel_tol=1e-9, abs_tol=1e-6), name

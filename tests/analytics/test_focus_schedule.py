@@ -19,26 +19,16 @@ from analytics.config import FullSettings
 from analytics.daemon import Analytics
 from analytics.focus_files import daily_missing, daily_path, yesterday
 from analytics.report.focus import COLUMNS, file_name
-from analytics.synthetic import Fleet
 from exporter.config import load as exporter_load
 from gpuledger.cli import main
-from tests.support.fleet import WEEK, history, small_fleet
+from tests.support.fleet import WEEK
 from tests.support.focus_validator import validate
+from tests.support.settings import H200_COST, analytics_settings
 from tests.support.wait import wait_until
 
 DAY = "2026-11-18"  # a Wednesday of the fleet's week (2026-W47)
 NOW = dt.datetime(2026, 11, 19, 0, 15, tzinfo=dt.UTC).timestamp()  # the daemon's clock: the cron's minute
 BILLING = ("2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z")  # the calendar month of the day
-
-
-@pytest.fixture(scope="module")
-def fleet() -> Fleet:
-    return small_fleet()
-
-
-@pytest.fixture(scope="module")
-def hist(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return history(fleet, tmp_path_factory.mktemp("focus-schedule"))
 
 
 def _config(hist: Path, tmp: Path, focus: str = 'enabled = true\ndir = "{tmp}/focus"') -> Path:
@@ -61,10 +51,6 @@ rules = [{{match_model = "H200", purchase_price = 30000, depreciation_years = 5}
     return cfg
 
 
-def _settings(hist: Path, tmp: Path) -> FullSettings:
-    return full_settings(str(_config(hist, tmp)))
-
-
 def _rows(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
 
@@ -76,7 +62,9 @@ def _daemon(s: FullSettings, now: float = NOW) -> Analytics:
 
 
 def test_the_daily_job_writes_yesterdays_files(hist: Path, tmp_path: Path) -> None:
-    s = _settings(hist, tmp_path)
+    s = analytics_settings(
+        tmp_path, analytics={"history": hist}, cost=H200_COST, focus={"enabled": True, "dir": tmp_path / "focus"}
+    )
     a = _daemon(s)
     try:
         job = a.scheduler.get_job("focus")
@@ -141,7 +129,9 @@ def test_an_unwritable_dir_is_one_error_line_and_the_daemon_carries_on(
 ) -> None:
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the folder should be")
-    s = _settings(hist, tmp_path)
+    s = analytics_settings(
+        tmp_path, analytics={"history": hist}, cost=H200_COST, focus={"enabled": True, "dir": tmp_path / "focus"}
+    )
     s.focus.dir = blocker / "focus"
     a = _daemon(s)
     try:
@@ -163,7 +153,9 @@ def test_an_unwritable_dir_is_one_error_line_and_the_daemon_carries_on(
 
 
 def test_the_validator_passes_on_a_scheduled_file(hist: Path, tmp_path: Path) -> None:
-    s = _settings(hist, tmp_path)
+    s = analytics_settings(
+        tmp_path, analytics={"history": hist}, cost=H200_COST, focus={"enabled": True, "dir": tmp_path / "focus"}
+    )
     a = _daemon(s)
     try:
         files = a.focus()
@@ -178,7 +170,9 @@ def test_the_validator_passes_on_a_scheduled_file(hist: Path, tmp_path: Path) ->
 
 
 def test_a_start_writes_yesterday_when_missing_and_disabled_is_no_job(hist: Path, tmp_path: Path) -> None:
-    s = _settings(hist, tmp_path)
+    s = analytics_settings(
+        tmp_path, analytics={"history": hist}, cost=H200_COST, focus={"enabled": True, "dir": tmp_path / "focus"}
+    )
     a = Analytics(s, clock=lambda: NOW)
     try:
         a.start(catch_up=True)  # the daemon was down at 00:15: the start writes the day
@@ -195,7 +189,9 @@ def test_a_start_writes_yesterday_when_missing_and_disabled_is_no_job(hist: Path
 
 
 def test_a_day_without_data_writes_nothing(hist: Path, tmp_path: Path) -> None:
-    s = _settings(hist, tmp_path)
+    s = analytics_settings(
+        tmp_path, analytics={"history": hist}, cost=H200_COST, focus={"enabled": True, "dir": tmp_path / "focus"}
+    )
     a = _daemon(s, dt.datetime(2026, 12, 2, 0, 15, tzinfo=dt.UTC).timestamp())  # after the history's week
     try:
         assert a.focus() == []

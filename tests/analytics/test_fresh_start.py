@@ -25,6 +25,7 @@ from exporter.readers import DeviceInfo
 from exporter.snapshot import ROLLUP_FIELDS, MinuteRow
 from tests.support.metrics import one, parse_metrics
 from tests.support.prometheus import PrometheusServer
+from tests.support.settings import analytics_settings
 from tests.support.victoria import VictoriaMetricsServer
 from tests.support.wait import wait_until
 
@@ -48,25 +49,13 @@ class Clock:
         return self.now
 
 
-def _settings(tmp: Path) -> FullSettings:
-    return FullSettings(
-        analytics={
-            "source": "embedded",
-            "history": tmp / "history.db",
-            "reports_dir": tmp / "reports",
-            "timezone": "UTC",
-            "listen": "127.0.0.1:0",
-        }
-    )
-
-
 @pytest.fixture
 def fresh(tmp_path: Path) -> Iterator[tuple[Analytics, HistoryWriter, Clock]]:
     """``gpuledger up``'s two halves on a new history file, as it starts them: the writer first."""
     clock = Clock(FIRST + 20)
     writer = HistoryWriter(tmp_path / "history.db", hostname=HOST, clock=clock)
     writer.start()
-    a = Analytics(_settings(tmp_path), clock=clock)
+    a = Analytics(analytics_settings(tmp_path, analytics={"timezone": "UTC"}), clock=clock)
     yield a, writer, clock
     a.server.server_close()
     writer.stop()

@@ -32,8 +32,9 @@ from analytics.statements.read import Read
 from analytics.statements.statement import keys, statement, statement_of
 from domain.week import WeekData, Window
 from gpuledger.cli import main
-from tests.analytics.test_groupings import AFTER, ALL, WEEK, _sections, fleet
 from tests.support.conservation import COST_COLUMNS, assert_conserves, total
+from tests.support.groupings import AFTER, ALL, WEEK, grouped_week
+from tests.support.report_pages import page_sections
 
 PARTS = "cluster-and-partition"
 CLUSTER_PARTITION = Grouping(
@@ -57,7 +58,7 @@ def added(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _report() -> Report:
-    return build(fleet(), CostModel(), now=AFTER, group_by=BY)
+    return build(grouped_week(), CostModel(), now=AFTER, group_by=BY)
 
 
 def _keys(r: Report, group: str) -> list[str]:
@@ -74,7 +75,7 @@ def test_without_the_rows_nothing_knows_them() -> None:
     with pytest.raises(ValueError, match=f"unknown grouping '{PARTS}'"):
         FullSettings(statements={"by": [PARTS]})
     with pytest.raises(ValueError, match=f"unknown grouping '{PARTS}'"):
-        statement_of(fleet().jobs, build(fleet(), CostModel(), now=AFTER), PARTS, "east:gpu", None)
+        statement_of(grouped_week().jobs, build(grouped_week(), CostModel(), now=AFTER), PARTS, "east:gpu", None)
     assert served.content_type(f"{FOCUS}/{PARTS}.csv") is None
     assert served.content_type(f"{FOCUS}/node.csv") is None
 
@@ -102,7 +103,7 @@ def test_the_builder_keys_and_sums_them() -> None:
 @pytest.mark.usefixtures("added")
 def test_every_renderer_shows_them() -> None:
     r = _report()
-    sections = _sections(to_html(r))
+    sections = page_sections(to_html(r))
     charts, rows = sections["cluster-partitions"]
     assert charts == ["Total cost per cluster partition"]
     assert [row[0] for row in rows] == [*_keys(r, PARTS), "(unallocated)"]
@@ -140,7 +141,7 @@ class _Source:
 def test_statements_take_the_job_grouping(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data, r = fleet(), _report()
+    data, r = grouped_week(), _report()
     assert keys(data.jobs, PARTS) == ["(none)", "debug", "east", "east:gpu", "west"]
     st = statement_of(data.jobs, r, PARTS, "east:gpu", None)
     assert [x.job for x in st.jobs] == ["east:101", "east:102"]
@@ -170,7 +171,7 @@ def test_budgets_group_by_and_metrics_take_them() -> None:
     rules = [{"group": PARTS, "key": "east:gpu", "currency": 100.0}, {"group": "node", "key": "n2", "gpu_hours": 9.0}]
     s = FullSettings(budgets={"rules": rules}, analytics={"group_by": [PARTS, "node"]})
     assert s.analytics.group_by == [PARTS, "node"]
-    month = build(fleet(), CostModel(), now=AFTER, group_by=[r.group for r in s.budgets.rules])
+    month = build(grouped_week(), CostModel(), now=AFTER, group_by=[r.group for r in s.budgets.rules])
     spent = {(f.group, f.key): f.spent for f in budgets.figures(s, (month, AFTER))}
     (parts,) = [x.total_cost for x in month.group(PARTS) if x.key == "east:gpu"]
     (node,) = [x.sampled_gpu_hours for x in month.group("node") if x.key == "n2"]

@@ -11,7 +11,6 @@ import csv
 import io
 from collections import defaultdict
 from collections.abc import Iterator
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,85 +28,22 @@ from analytics.report.csvio import to_csv
 from analytics.report.html import to_html
 from analytics.report.markdown import to_markdown
 from analytics.report.model import UNALLOCATED, Report
-from domain.jobs import JobKey
-from domain.week import GpuWeek, JobWeek, WeekData, Window, iso_week
-from tests.analytics.test_report_html import browser, show  # noqa: F401 (the Chromium fixture)
+from domain.week import GpuWeek, JobWeek, WeekData, Window
+from tests.support.browser import show
 from tests.support.conservation import COST_COLUMNS, assert_conserves, total
+from tests.support.groupings import AFTER, ALL, TEAM, WEEK, grouped_week, team_labels
+from tests.support.report_pages import page_sections
 from tests.support.sources import StubSource
+from tests.support.weeks import gpu_week, job_week
 
 if TYPE_CHECKING:
     from selenium.webdriver.chrome.webdriver import WebDriver
 
-WEEK = iso_week("2026-W48")
-H = 3600.0
-WEEK_S = 168 * H
-AFTER = WEEK.end + 3600  # made after the week: every hour is charged
-TEAM = "label:label_team"
 JOB_GROUPINGS = ("user", "namespace", "account", "partition", "qos", TEAM)
-ALL = (*GROUP_BY, TEAM)
-
-
-def _gpu(uuid: str, host: str, cluster: str, busy_h: float = 100.0) -> GpuWeek:
-    return GpuWeek(
-        uuid, host, "NVIDIA H200", uuid[-1], WEEK_S, busy_h * H, None, WEEK_S, 0.0, 80 * 3.6e6, cluster=cluster
-    )
-
-
-def _job(
-    uuid: str,
-    job_id: str,
-    user: str = "",
-    held_h: float = 100.0,
-    charged_h: float | None = None,
-    *,
-    namespace: str = "",
-    pod: str = "",
-    account: str = "",
-    partition: str = "",
-    qos: str = "",
-    team: str = "",
-) -> JobWeek:
-    return JobWeek(
-        uuid,
-        "n1",
-        JobKey(job_id, user, pod, namespace),
-        held_h * H,
-        0.6 * held_h * H,
-        held_h * 0.3 * 3.6e6,
-        charged_s=None if charged_h is None else charged_h * H,
-        partition=partition,
-        account=account,
-        qos=qos,
-        labels=(("label_team", team),) if team else (),
-    )
-
-
-def fleet() -> WeekData:
-    """Two clusters and a GPU without one; Slurm jobs (two sharing a GPU), pods with namespaces and
-    team labels (one on two GPUs), a job with no attribute at all, one idle GPU."""
-    gpus = (
-        _gpu("GPU-0", "n1", "east"),
-        _gpu("GPU-1", "n1", "east"),
-        _gpu("GPU-2", "n1", "east"),
-        _gpu("GPU-3", "n2", "west"),
-        _gpu("GPU-4", "n2", "west", busy_h=0.0),  # nobody held it: unallocated
-        _gpu("GPU-5", "n3", ""),
-    )
-    jobs = (
-        _job("GPU-0", "101", "alice", 168, 84, account="physics", partition="gpu", qos="normal"),
-        _job("GPU-0", "102", "bob", 168, 84, account="chem", partition="gpu", qos="high"),
-        _job("GPU-1", "", "", 120, namespace="ml", pod="train-1", team="vision"),
-        _job("GPU-2", "", "", 90, namespace="ml", pod="train-2", team="nlp"),
-        _job("GPU-3", "", "", 90, namespace="ml", pod="train-2", team="nlp"),  # a namesake in the other cluster
-        _job("GPU-3", "", "", 40, namespace="web", pod="serve-1"),  # no team label
-        _job("GPU-5", "103", "carol", 60),  # no account, partition, QOS, namespace or label
-        _job("GPU-5", "104", "alice", 50, account="physics", partition="debug", qos="normal"),
-    )
-    return WeekData(WEEK, "t", gpus, jobs)
 
 
 def _report(data: WeekData | None = None, group_by: tuple[str, ...] = ALL) -> Report:
-    return build(data or fleet(), CostModel(), now=AFTER, group_by=group_by)
+    return build(data or grouped_week(), CostModel(), now=AFTER, group_by=group_by)
 
 
 def _keys(r: Report, group: str) -> list[str]:
@@ -162,7 +98,7 @@ def test_the_jobs_without_an_attribute_are_under_none_last() -> None:
 
 
 def test_a_grouping_nobody_has_shows_no_rows_nor_section() -> None:
-    data = fleet()
+    data = grouped_week()
     plain = tuple(
         JobWeek(j.uuid, j.host, j.job, j.sampled_s, j.busy_s, j.energy_j, charged_s=j.charged_s) for j in data.jobs
     )
@@ -172,7 +108,7 @@ def test_a_grouping_nobody_has_shows_no_rows_nor_section() -> None:
         assert r.group(group) == [], group
     assert {x.key for x in r.group("namespace")} == {"ml", "web", NONE}  # the pods still have theirs
     assert_conserves(r, groups=("user", "namespace", "job"))
-    sections = _sections(to_html(r))
+    sections = page_sections(to_html(r))
     assert not {"accounts", "partitions", "qos", "label-label_team", "clusters"} & set(sections)
 
 
@@ -198,7 +134,7 @@ def test_the_config_default_is_the_builders_and_a_label_must_be_read() -> None:
 
 class _Source(StubSource):
     def week(self, window: Window, *, jobs: bool = True) -> WeekData:
-        return fleet() if window == WEEK else WeekData(window, "t", ())
+        return grouped_week() if window == WEEK else WeekData(window, "t", ())
 
 
 def test_the_pipeline_passes_the_configured_groupings() -> None:
@@ -208,50 +144,6 @@ def test_the_pipeline_passes_the_configured_groupings() -> None:
 
 
 # ---------------------------------------------------------------- HTML, Markdown, CSV
-
-
-class _Sections(HTMLParser):
-    """Section id -> (chart titles, table body rows) of a report page."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.out: dict[str, tuple[list[str], list[list[str]]]] = {}
-        self.section = ""
-        self.in_body = self.in_cell = self.in_title = False
-        self.cell = ""
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = dict(attrs)
-        if tag == "section":
-            self.section = a.get("id") or ""
-            self.out[self.section] = ([], [])
-        elif tag == "svg" and self.section:
-            self.out[self.section][0].append(a.get("aria-label") or "")
-        elif tag == "tbody":
-            self.in_body = True
-        elif tag == "tr" and self.in_body and self.section:
-            self.out[self.section][1].append([])
-        elif tag == "td" and self.in_body:
-            self.in_cell, self.cell = True, ""
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "tbody":
-            self.in_body = False
-        elif tag == "td" and self.in_cell:
-            self.in_cell = False
-            self.out[self.section][1][-1].append(self.cell.strip())
-        elif tag == "section":
-            self.section = ""
-
-    def handle_data(self, data: str) -> None:
-        if self.in_cell:
-            self.cell += data
-
-
-def _sections(page: str) -> dict[str, tuple[list[str], list[list[str]]]]:
-    p = _Sections()
-    p.feed(page)
-    return p.out
 
 
 SLUGS = {
@@ -267,7 +159,7 @@ SLUGS = {
 
 def test_html_has_one_section_and_one_chart_per_grouping() -> None:
     r = _report()
-    sections = _sections(to_html(r))
+    sections = page_sections(to_html(r))
     for group, slug in SLUGS.items():
         charts, rows = sections[slug]
         assert len(charts) == 1 and charts[0].startswith("Total cost per"), (slug, charts)
@@ -298,7 +190,7 @@ def test_costs_csv_holds_every_grouping_and_adds_up() -> None:
 
 
 @pytest.mark.integration
-def test_chromium_shows_each_grouping_with_its_chart(browser: tuple[WebDriver, Path]) -> None:  # noqa: F811
+def test_chromium_shows_each_grouping_with_its_chart(browser: tuple[WebDriver, Path]) -> None:
     driver = show(browser, "groupings.html", to_html(_report()))
     from selenium.webdriver.common.by import By
 
@@ -317,8 +209,30 @@ def test_chromium_shows_each_grouping_with_its_chart(browser: tuple[WebDriver, P
 
 def _many_accounts(n: int) -> WeekData:
     """``n`` GPUs, each held by one job of its own account (account i costs more with i)."""
-    gpus = tuple(_gpu(f"GPU-{i:03d}", "n1", "east") for i in range(n))
-    jobs = tuple(_job(g.uuid, str(i), f"u{i % 3}", 10 + i, account=f"acct{i:03d}") for i, g in enumerate(gpus))
+    gpus = tuple(
+        gpu_week(
+            f"GPU-{i:03d}",
+            "n1",
+            gpu=str(i % 10),
+            allocated_h=168.0,
+            allocated_idle_h=0.0,
+            energy_kwh=80.0,
+            cluster="east",
+        )
+        for i in range(n)
+    )
+    jobs = tuple(
+        job_week(
+            uuid=g.uuid,
+            job_id=str(i),
+            user=f"u{i % 3}",
+            held_h=10 + i,
+            busy_h=0.6 * (10 + i),
+            energy_kwh=(10 + i) * 0.3,
+            account=f"acct{i:03d}",
+        )
+        for i, g in enumerate(gpus)
+    )
     return WeekData(WEEK, "t", gpus, jobs)
 
 
@@ -368,25 +282,36 @@ NAMES = st.sampled_from(["", "a", "b", "c"])
 def week_data(draw: st.DrawFn) -> WeekData:
     n = draw(st.integers(1, 6))
     gpus = tuple(
-        _gpu(f"GPU-{i}", f"n{i % 2}", draw(st.sampled_from(["", "east", "west"])), draw(st.floats(0, 168)))
+        gpu_week(
+            f"GPU-{i}",
+            f"n{i % 2}",
+            gpu=str(i),
+            cluster=draw(st.sampled_from(["", "east", "west"])),  # drawn before the busy hours
+            busy_h=draw(st.floats(0, 168)),
+            allocated_h=168.0,
+            allocated_idle_h=0.0,
+            energy_kwh=80.0,
+        )
         for i in range(n)
     )
     jobs = []
     for k in range(draw(st.integers(0, 10))):
         held = draw(st.floats(0, 200))
         jobs.append(
-            _job(
-                f"GPU-{draw(st.integers(0, n - 1))}",
-                str(k),
-                draw(NAMES),
-                held,
-                draw(st.none() | st.floats(0, 200)),
+            job_week(
+                uuid=f"GPU-{draw(st.integers(0, n - 1))}",
+                job_id=str(k),
+                user=draw(NAMES),
+                held_h=held,
+                busy_h=0.6 * held,
+                energy_kwh=held * 0.3,
+                charged_h=draw(st.none() | st.floats(0, 200)),
                 namespace=draw(NAMES),
                 pod=draw(NAMES),
                 account=draw(NAMES),
                 partition=draw(NAMES),
                 qos=draw(NAMES),
-                team=draw(NAMES),
+                labels=team_labels(draw(NAMES)),
             )
         )
     return WeekData(WEEK, "t", gpus, tuple(jobs))

@@ -9,9 +9,6 @@ the tests skip (and fail in CI, where they are installed)."""
 from __future__ import annotations
 
 import base64
-import importlib.util
-import os
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,67 +19,15 @@ from analytics.report.html import landing_page, to_html
 from exporter.readers.fake import FakeGpu, FakeReader
 from exporter.scrape.cache import RenderCache
 from exporter.scrape.site import ExporterSite
+from tests.support.browser import show
 from tests.support.paths import REPO
 from tests.support.reports import HOSTILE_NOTE, HOSTILE_USER, sample_report
 from tests.support.sampling import make_sampler, step
-from tests.support.tools import require_binary
 
 if TYPE_CHECKING:
     from selenium.webdriver.chrome.webdriver import WebDriver
 
 ARTIFACTS = REPO / "test-artifacts"
-
-
-def require_selenium() -> None:
-    if importlib.util.find_spec("selenium") is None:
-        reason = "selenium not installed (pip install selenium)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[WebDriver, Path]]:
-    """A headless Chromium and a folder for the pages it is shown (file:// URLs)."""
-    chromium, chromedriver = require_binary("chromium"), require_binary("chromedriver")
-    require_selenium()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    tmp = tmp_path_factory.mktemp("report-html")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-default-apps",
-        "--window-size=1280,900",
-        f"--user-data-dir={tmp / 'profile'}",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=chromedriver))
-    try:
-        yield driver, tmp
-    finally:
-        driver.quit()
-
-
-def show(browser: tuple[WebDriver, Path], name: str, source: str) -> WebDriver:
-    """Load ``source`` in the browser (unless it shows that page already)."""
-    driver, tmp = browser
-    path = tmp / name
-    if driver.current_url != path.as_uri():
-        path.write_text(source, encoding="utf-8")
-        driver.get(path.as_uri())
-        driver.get_log("browser")  # type: ignore[no-untyped-call]  # each page's own log from here
-    return driver
 
 
 @pytest.fixture

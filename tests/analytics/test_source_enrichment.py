@@ -27,19 +27,12 @@ from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.enrich import Enriched, join_slurm
 from analytics.sources.prometheus import PrometheusSource
 from domain.jobs import JobKey
-from domain.week import GpuWeek, JobWeek, QueueWeek, Window
+from domain.week import JobWeek, QueueWeek, Window
 from tests.support.paths import REPO
 from tests.support.sources import StubSource
+from tests.support.weeks import KWH, gpu_week, job_week
 
 W = Window(0.0, 86400.0, "day")
-
-
-def gpu(uuid: str, cluster: str = "") -> GpuWeek:
-    return GpuWeek(uuid, "node-1", "NVIDIA H100", "0", 3600.0, 1800.0, None, None, None, 1e6, cluster=cluster)
-
-
-def job(uuid: str, job_id: str, user: str = "") -> JobWeek:
-    return JobWeek(uuid, "node-1", JobKey(job_id, user), 3600.0, 1800.0, 5e5)
 
 
 def test_the_scheduler_s_record_wins_and_the_claims_fill_the_rest() -> None:
@@ -48,9 +41,17 @@ def test_the_scheduler_s_record_wins_and_the_claims_fill_the_rest() -> None:
         claims_by_target={("east", "node-1:10044", "7"): ("claimed", "debug", "high")},
         claims_by_cluster={("east", "8", "bo"): ("pi-b", "cpu", "normal")},
     )
-    gpus = [gpu("GPU-1", "east"), gpu("GPU-2", "east")]
+    gpus = [
+        gpu_week("GPU-1", "node-1", model="NVIDIA H100", sampled_h=1, busy_h=0.5, energy_kwh=1e6 / KWH, cluster="east"),
+        gpu_week("GPU-2", "node-1", model="NVIDIA H100", sampled_h=1, busy_h=0.5, energy_kwh=1e6 / KWH, cluster="east"),
+    ]
     rows = join_slurm(
-        [job("GPU-1", "7"), job("GPU-2", "8", "bo"), job("GPU-2", "9", "cy"), job("GPU-1", "")],
+        [
+            job_week("7", uuid="GPU-1", host="node-1", held_h=1, busy_h=0.5, energy_kwh=5e5 / KWH),
+            job_week("8", "bo", uuid="GPU-2", host="node-1", held_h=1, busy_h=0.5, energy_kwh=5e5 / KWH),
+            job_week("9", "cy", uuid="GPU-2", host="node-1", held_h=1, busy_h=0.5, energy_kwh=5e5 / KWH),
+            job_week("", uuid="GPU-1", host="node-1", held_h=1, busy_h=0.5, energy_kwh=5e5 / KWH),
+        ],
         gpus,
         {"GPU-1": "node-1:10044", "GPU-2": "node-2:10044"},
         records,
@@ -85,12 +86,19 @@ class _Store(Enriched):
 
     def gpus(self, w: Window) -> GpuFigures:
         self._read("gpus")
-        return GpuFigures((gpu("GPU-1"), gpu("GPU-2")), ("a store's note",), targets={"GPU-1": "t1"})
+        return GpuFigures(
+            (
+                gpu_week("GPU-1", "node-1", model="NVIDIA H100", sampled_h=1, busy_h=0.5, energy_kwh=1e6 / KWH),
+                gpu_week("GPU-2", "node-1", model="NVIDIA H100", sampled_h=1, busy_h=0.5, energy_kwh=1e6 / KWH),
+            ),
+            ("a store's note",),
+            targets={"GPU-1": "t1"},
+        )
 
     def jobs(self, w: Window, gpus: GpuFigures) -> JobFigures:
         self._read("jobs")
         pod = JobWeek("GPU-2", "node-1", JobKey(pod="p", namespace="ml"), 60.0, 30.0, 1.0)
-        return JobFigures((job("GPU-1", "7"), pod))
+        return JobFigures((job_week("7", uuid="GPU-1", host="node-1", held_h=1, busy_h=0.5, energy_kwh=5e5 / KWH), pod))
 
     def history_start(self, w: Window) -> float | None:
         self._read("history")

@@ -25,36 +25,28 @@ from analytics.statements.statement import month, previous_month, statement, sta
 from analytics.synthetic import Fleet
 from domain.jobs import JobKey
 from domain.states import FAILED
-from domain.week import BenchWeek, GpuWeek, JobWeek, WeekData, Window, iso_week
+from domain.week import BenchWeek, JobWeek, WeekData, Window, iso_week
 from gpuledger.cli import main
-from tests.support.fleet import WEEK, history, small_fleet
+from tests.support.fleet import WEEK
+from tests.support.settings import H200_COST, analytics_settings
+from tests.support.weeks import KWH, H, gpu_week
 
-COST = {"currency": "EUR", "energy_price_per_kwh": 0.2, "pue": 1.4,
-        "rules": [{"match_model": "H200", "purchase_price": 30000, "depreciation_years": 5}]}  # fmt: skip
 AFTER = iso_week(WEEK).end + 86400  # "now": the week is past
-
-
-def _settings(path: Path, **statements: object) -> FullSettings:
-    return FullSettings(
-        analytics={"source": "embedded", "history": path, "listen": "127.0.0.1:0", "reports_dir": path.parent / "r"},
-        cost=COST,
-        statements={"dir": path.parent / "statements", **statements},
-    )
-
-
-@pytest.fixture(scope="module")
-def fleet() -> Fleet:
-    return small_fleet()
-
-
-@pytest.fixture(scope="module")
-def hist(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return history(fleet, tmp_path_factory.mktemp("statements"))
 
 
 @pytest.fixture(scope="module")
 def week_report(hist: Path) -> Report:
-    return read(EmbeddedSource(hist), iso_week(WEEK), _settings(hist), now=AFTER).report
+    return read(
+        EmbeddedSource(hist),
+        iso_week(WEEK),
+        analytics_settings(
+            hist.parent,
+            analytics={"reports_dir": hist.parent / "r"},
+            cost=H200_COST,
+            statements={"dir": hist.parent / "statements"},
+        ),
+        now=AFTER,
+    ).report
 
 
 def _ran(fleet: Fleet) -> list[str]:
@@ -64,7 +56,17 @@ def _ran(fleet: Fleet) -> list[str]:
 def test_job_is_its_report_row(fleet: Fleet, hist: Path, week_report: Report) -> None:
     rows = {r.key: r for r in week_report.group("job")}
     job = next(j for j in fleet.jobs if j.start is not None and j.state == "COMPLETED" and j.job_id in rows)
-    f = job_figures(EmbeddedSource(hist), job.job_id, _settings(hist), now=AFTER)
+    f = job_figures(
+        EmbeddedSource(hist),
+        job.job_id,
+        analytics_settings(
+            hist.parent,
+            analytics={"reports_dir": hist.parent / "r"},
+            cost=H200_COST,
+            statements={"dir": hist.parent / "statements"},
+        ),
+        now=AFTER,
+    )
     row = rows[job.job_id]
     held_s, busy_s, _ = fleet.truth.job[(job.uuid, JobKey(job.job_id, job.user))]
     assert f.gpus == 1 and f.user == job.user and f.partition == job.partition
@@ -95,7 +97,22 @@ def test_unknown_job_is_one_line_and_exit_1(hist: Path, capsys: pytest.CaptureFi
 
 def test_verdicts_in_plain_words() -> None:
     w = Window(0, 3600, "t")
-    data = WeekData(w, "t", (_gpu("g0", 3600, 500), _gpu("g1", 3600, 3000, stalled=1200), _gpu("g2", 3600, 3400)))
+    busy_stalled = ((500, None), (3000, 1200 / H), (3400, None))  # seconds of the hour; g1 stalled 1200 s
+    gpus = tuple(
+        gpu_week(
+            f"g{i}",
+            "h1",
+            gpu=str(i),
+            sampled_h=1,
+            busy_h=busy / H,
+            allocated_h=1,
+            allocated_idle_h=0.0,
+            energy_kwh=1e6 / KWH,
+            stalled_h=stalled,
+        )
+        for i, (busy, stalled) in enumerate(busy_stalled)
+    )
+    data = WeekData(w, "t", gpus)
     rows = {r.key.split()[-1]: r for r in build(data, _cost(), now=7200).group("gpu")}
     assert verdict(rows["g0"]).startswith("mostly idle: busy 14 %")
     assert verdict(rows["g1"]).startswith("stalled 33 %") and "a hang or a spin-wait" in verdict(rows["g1"])
@@ -103,7 +120,19 @@ def test_verdicts_in_plain_words() -> None:
 
 
 def test_statement_totals_are_the_sum_of_the_group_job_rows(fleet: Fleet, hist: Path, week_report: Report) -> None:
-    st = statement(EmbeddedSource(hist), "user", "alice", iso_week(WEEK), _settings(hist), now=AFTER)
+    st = statement(
+        EmbeddedSource(hist),
+        "user",
+        "alice",
+        iso_week(WEEK),
+        analytics_settings(
+            hist.parent,
+            analytics={"reports_dir": hist.parent / "r"},
+            cost=H200_COST,
+            statements={"dir": hist.parent / "statements"},
+        ),
+        now=AFTER,
+    )
     rows = {r.key: r for r in week_report.group("job")}
     mine = {j.job_id for j in fleet.jobs if j.user == "alice" and j.job_id in rows}
     assert {x.job for x in st.jobs} == mine and len(mine) > 3
@@ -133,18 +162,26 @@ def test_statement_command_writes_three_formats(hist: Path, tmp_path: Path, caps
     assert err.count("\n") == 1 and "2026-13" in err
 
 
-def _gpu(uuid: str, sampled: float, busy: float, stalled: float | None = None) -> GpuWeek:
-    return GpuWeek(uuid, "h1", "NVIDIA H200", uuid[-1], sampled, busy, None, sampled, 0.0, 1e6, stalled_s=stalled)
-
-
 def _cost() -> CostModel:
-    return FullSettings(cost=COST).cost
+    return FullSettings(cost=H200_COST).cost
 
 
 def _account_week(bench: BenchWeek | None = None) -> tuple[WeekData, Report]:
     """Eight GPUs: an 8-GPU job of grant-a, two 1-GPU jobs of grant-b and one without an account."""
     w = Window(0, 7200, "t")
-    gpus = tuple(_gpu(f"GPU-{i}", 7200, 6000) for i in range(8))
+    gpus = tuple(
+        gpu_week(
+            f"GPU-{i}",
+            "h1",
+            gpu=str(i),
+            sampled_h=2,
+            busy_h=6000 / H,
+            allocated_h=2,
+            allocated_idle_h=0.0,
+            energy_kwh=1e6 / KWH,
+        )
+        for i in range(8)
+    )
     jobs = tuple(JobWeek(f"GPU-{i}", "h1", JobKey("10", "ann"), 7200, 6000, 9e5, account="grant-a") for i in range(8))
     jobs += (
         JobWeek("GPU-0", "h1", JobKey("11", "bo"), 0, 0, 0, account="grant-b"),
@@ -152,7 +189,7 @@ def _account_week(bench: BenchWeek | None = None) -> tuple[WeekData, Report]:
         JobWeek("GPU-2", "h1", JobKey("13", "cy"), 0, 0, 0),
     )
     data = WeekData(w, "t", gpus, jobs, bench=bench)
-    return data, build(data, FullSettings(cost=COST).cost, now=7200)
+    return data, build(data, FullSettings(cost=H200_COST).cost, now=7200)
 
 
 def test_account_statement_from_week_data() -> None:
@@ -216,7 +253,12 @@ def test_month_windows() -> None:
 
 def test_daemon_writes_last_months_statements_on_the_first(fleet: Fleet, hist: Path) -> None:
     first_of_december = dt.datetime(2026, 12, 1, 0, 30, tzinfo=dt.UTC).timestamp()
-    s = _settings(hist, enabled=True, by=["user", "account"])
+    s = analytics_settings(
+        hist.parent,
+        analytics={"reports_dir": hist.parent / "r"},
+        cost=H200_COST,
+        statements={"dir": hist.parent / "statements", "enabled": True, "by": ["user", "account"]},
+    )
     a = Analytics(s, clock=lambda: first_of_december)
     try:
         a.start(catch_up=False)
@@ -235,7 +277,15 @@ def test_daemon_writes_last_months_statements_on_the_first(fleet: Fleet, hist: P
     )
     assert all(p.parent == s.statements.dir for p in files)
     assert a.run_state()[0][("statements", "ok")] == 1
-    off = Analytics(_settings(hist), clock=lambda: first_of_december)
+    off = Analytics(
+        analytics_settings(
+            hist.parent,
+            analytics={"reports_dir": hist.parent / "r"},
+            cost=H200_COST,
+            statements={"dir": hist.parent / "statements"},
+        ),
+        clock=lambda: first_of_december,
+    )
     try:
         off.start(catch_up=False)
         assert off.scheduler.get_job("statements") is None  # [statements] enabled = false

@@ -29,7 +29,6 @@ from analytics.synthetic import Fleet
 from domain.jobs import JobKey
 from domain.week import iso_week
 from gpuledger.cli import main
-from tests.support.fleet import history
 from tests.support.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.integration  # starts a real Prometheus
@@ -84,11 +83,6 @@ def prometheus_url(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> It
     om.unlink()
     yield server.url
     server.stop()
-
-
-@pytest.fixture(scope="module")
-def hist(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return history(fleet, tmp_path_factory.mktemp("hist"))
 
 
 @pytest.fixture(scope="module")

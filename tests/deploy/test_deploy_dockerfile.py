@@ -7,80 +7,28 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import json
-import os
 import re
 import shlex
-import subprocess
-import sys
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 
 from tests.support.deploy_files import DOCKERFILE
+from tests.support.dockerfile import (
+    Instruction,
+    env_pairs,
+    exec_form,
+    healthcheck_argv,
+    parse_dockerfile,
+    run_healthcheck,
+)
 from tests.support.http import free_port
 from tests.support.paths import REPO
 from tests.support.processes import ExporterProcess
 
 # ---------------------------------------------------------------------------------------------
 # Dockerfile
-
-
-@dataclass
-class Instruction:
-    op: str  # upper case
-    args: str
-    stage: int  # 0-based index of the FROM it belongs to
-    line: int
-
-
-def parse_dockerfile(text: str) -> list[Instruction]:
-    """Instructions with their continuation lines joined; comments (also inside a continuation)
-    and blank lines dropped."""
-    out: list[Instruction] = []
-    stage = -1
-    pending: list[str] = []
-    start = 0
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        stripped = raw.strip()
-        if stripped.startswith("#") or (not stripped and not pending):
-            continue
-        if not pending:
-            start = lineno
-        if stripped.endswith("\\"):
-            pending.append(stripped[:-1].strip())
-            continue
-        pending.append(stripped)
-        joined = " ".join(p for p in pending if p)
-        pending = []
-        op, _, args = joined.partition(" ")
-        op = op.upper()
-        if op == "FROM":
-            stage += 1
-        out.append(Instruction(op, args.strip(), stage, start))
-    assert not pending, "Dockerfile ends inside a continuation line"
-    return out
-
-
-def exec_form(args: str) -> list[str] | None:
-    """The JSON (exec) form of CMD/ENTRYPOINT/RUN, else None."""
-    if not args.startswith("["):
-        return None
-    try:
-        value = json.loads(args)
-    except json.JSONDecodeError:
-        return None  # Docker runs what is not valid JSON in a shell
-    assert isinstance(value, list) and all(isinstance(v, str) for v in value)
-    return value
-
-
-def env_pairs(args: str) -> dict[str, str]:
-    words = shlex.split(args)
-    if words and "=" not in words[0]:  # legacy "ENV KEY value"
-        return {words[0]: " ".join(words[1:])}
-    return dict(w.split("=", 1) for w in words)
 
 
 @pytest.fixture(scope="module")
@@ -266,14 +214,6 @@ def test_dockerfile_copy_sources_exist(dockerfile: list[Instruction]) -> None:
             assert not any(fnmatch.fnmatch(src, p.strip("/")) for p in patterns), f"{src} is .dockerignored"
 
 
-def healthcheck_argv(dockerfile: list[Instruction]) -> tuple[dict[str, str], list[str]]:
-    (hc,) = [i for i in dockerfile if i.op == "HEALTHCHECK"]
-    options = dict(re.findall(r"--([\w-]+)=(\S+)", hc.args.split("CMD", 1)[0]))
-    argv = exec_form(hc.args.split("CMD", 1)[1].strip())
-    assert argv is not None, f"HEALTHCHECK CMD not in exec form: {hc.args}"
-    return options, argv
-
-
 def test_dockerfile_healthcheck_options(dockerfile: list[Instruction]) -> None:
     options, argv = healthcheck_argv(dockerfile)
     assert {"interval", "timeout", "start-period", "retries"} <= set(options)
@@ -281,12 +221,6 @@ def test_dockerfile_healthcheck_options(dockerfile: list[Instruction]) -> None:
     # the probe gives up before Docker kills it
     probe_timeouts = [float(t) for t in re.findall(r"timeout=(\d+(?:\.\d+)?)", argv[2])]
     assert probe_timeouts and max(probe_timeouts) < float(options["timeout"].rstrip("s"))
-
-
-def run_healthcheck(argv: list[str], health_url: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
-    env["HEALTH_URL"] = health_url
-    return subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=env, timeout=30)
 
 
 @pytest.mark.integration

@@ -22,9 +22,9 @@ from exporter.readers.fake import FakeReader
 from exporter.scrape.cache import RenderCache
 from exporter.scrape.health import readiness
 from exporter.scrape.site import ExporterSite
-from tests.deploy.test_deploy_dockerfile import healthcheck_argv, parse_dockerfile, run_healthcheck
 from tests.support.clock import FakeMonotonic
 from tests.support.deploy_files import DOCKERFILE
+from tests.support.dockerfile import healthcheck_argv, parse_dockerfile, run_healthcheck
 from tests.support.http import http_get
 from tests.support.metrics import one, parse_metrics
 from tests.support.processes import ExporterProcess
