@@ -53,7 +53,10 @@ class PrometheusSettings(_Section):
         description="retries with backoff (0.5, 1, 2 s... at most 8 s) once the server failed; then the report fails",
     )
     deadline_seconds: float = Field(
-        180.0, gt=0, description="a report's queries, all together, end by then (each query's timeout is capped)"
+        180.0,
+        gt=0,
+        description="a report's queries, all together, end by then (every connect, and every read of an answer, "
+        "headers and body, is capped by it)",
     )
     concurrency: int = Field(4, ge=1, le=32, description="queries in flight at once")
     max_response_bytes: int = Field(

@@ -22,7 +22,7 @@ from exporter.readers import Reader, ReaderError, ReaderUnavailable
 from exporter.readers.nvml import NvmlReader
 from exporter.readers.replay import ReplayReader
 from exporter.sampling import slowlane, stalls
-from exporter.sampling.job_metrics import KubeletStatus
+from exporter.sampling.job_metrics import AttributionStatus
 from exporter.sampling.sampler import Sampler, SamplerOptions
 from exporter.scrape import process_metrics
 from exporter.scrape.cache import RenderCache
@@ -81,6 +81,8 @@ class Exporter:
                 s.attribution.passwd_file,
                 kubelet_socket(s.attribution.kubelet_socket, DEFAULT_SOCKET),
                 s.attribution.pods_interval,
+                # on the node that watches Slurm, the scheduler's accounts beat the processes' claims
+                (lambda: slurm.snapshot().job_info) if (slurm := self.slurm) is not None else None,
             )
             if self.reader.kind == "nvml"
             else None
@@ -90,9 +92,7 @@ class Exporter:
         if self.history is not None:
             self.providers["history"] = self.history.stats
         if attribution is not None:
-            self.providers["jobs"] = lambda: (
-                None if attribution.kubelet_up is None else KubeletStatus(attribution.kubelet_up)
-            )
+            self.providers["jobs"] = lambda: AttributionStatus(attribution.kubelet_up, attribution.conflicts())
         if self.slurm is not None:
             self.providers["slurm"] = self.slurm.snapshot
         if self.bench_state is not None:

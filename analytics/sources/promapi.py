@@ -9,13 +9,14 @@ import math
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+import httpcore
 import httpx
 
 from analytics.config import PrometheusSettings
@@ -72,8 +73,15 @@ class RangeSeries:
 
 
 class PromAPI:
-    def __init__(self, s: PrometheusSettings, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        s: PrometheusSettings,
+        transport: httpx.BaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``transport``: instead of the network (tests); ``clock``: monotonic seconds, for the deadline."""
         self.s = s
+        self._clock = clock
         headers = {"User-Agent": "gpuledger-analytics"}
         token = s.bearer_token.get_secret_value() if s.bearer_token else None
         if s.bearer_token_file is not None:
@@ -95,7 +103,11 @@ class PromAPI:
                 why = f"not a PEM CA bundle ({e.reason or e})" if isinstance(e, ssl.SSLError) else e.strerror or str(e)
                 raise ConfigError(f"prometheus.ca_file: cannot load {s.ca_file}: {why}") from None
         self.http = httpx.Client(
-            base_url=s.url, headers=headers, auth=auth, verify=verify, timeout=s.timeout, transport=transport
+            base_url=s.url,
+            headers=headers,
+            auth=auth,
+            timeout=s.timeout,
+            transport=transport or _DeadlineTransport(verify, self._left),
         )
         self.queries = 0
         self._state = threading.Lock()  # guards the counts, the down mark and the deadline
@@ -166,7 +178,7 @@ class PromAPI:
         with self._state:
             self._down = None
             self._fails = 0
-            self._deadline = time.monotonic() + self.s.deadline_seconds
+            self._deadline = self._clock() + self.s.deadline_seconds
         try:
             yield
         finally:
@@ -182,7 +194,7 @@ class PromAPI:
         while True:
             with self._state:
                 self._check()
-                wait = self._retry_at - time.monotonic()  # a query sent during a backoff waits for its end
+                wait = self._retry_at - self._clock()  # a query sent during a backoff waits for its end
                 if wait <= 0:
                     self.queries += 1
                     sent_in = self._round
@@ -226,11 +238,12 @@ class PromAPI:
             if declared.isdigit() and int(declared) > limit and "content-encoding" not in r.headers:
                 self._too_big(req, f"{int(declared):,} bytes declared")
             chunks = []
-            for chunk in r.iter_bytes():
+            for chunk in r.iter_bytes():  # each read ends by the deadline (_DeadlineTransport); the loop too
                 size += len(chunk)
                 with self._state:
                     self._reading += len(chunk)
                     over = self._reading > limit
+                    self._check()  # the deadline passed, or another query gave the server up: stop reading
                 if over:
                     self._too_big(req, f"more than {limit:,} bytes" + (" with the others" if size <= limit else ""))
                 chunks.append(chunk)
@@ -248,24 +261,30 @@ class PromAPI:
 
     def _check(self) -> None:
         """Raise if the server was given up on or the deadline passed (``_state`` held)."""
-        if self._down is not None and (self._deadline is not None or time.monotonic() - self._down[0] < DOWN_HOLD):
+        if self._down is not None and (self._deadline is not None or self._clock() - self._down[0] < DOWN_HOLD):
             raise _again(self._down[1])
-        if self._deadline is not None and time.monotonic() >= self._deadline:
+        if self._deadline is not None and self._clock() >= self._deadline:
             self._give_up(DeadlinePassed(f"prometheus {self.s.url}: {self._over()}"))
 
     def _over(self) -> str:
         return f"the report's deadline of {self.s.deadline_seconds:g} s passed (prometheus.deadline_seconds)"
 
     def _give_up(self, e: SourceUnavailable) -> NoReturn:
-        self._down = (time.monotonic(), e)
+        self._down = (self._clock(), e)
         raise e
+
+    def _left(self) -> float | None:
+        """Seconds left before the report's deadline (None outside report())."""
+        with self._state:
+            deadline = self._deadline
+        return None if deadline is None else deadline - self._clock()
 
     def _timeout(self) -> tuple[httpx.Timeout, bool]:
         """This query's timeouts, capped by the time left before the deadline (and whether they are)."""
         read, connect = self.s.timeout, min(self.s.connect_timeout, self.s.timeout)
         if self._deadline is None:
             return httpx.Timeout(read, connect=connect), False
-        left = max(0.001, self._deadline - time.monotonic())
+        left = max(0.001, self._deadline - self._clock())
         return httpx.Timeout(min(read, left), connect=min(connect, left)), left < read
 
     def _failed(self, sent_in: int, tries: int, attempts: int, problem: str, timed_out: bool) -> float:
@@ -273,7 +292,7 @@ class PromAPI:
         with self._state:
             if self._down is not None:
                 raise _again(self._down[1])
-            if timed_out or (self._deadline is not None and time.monotonic() >= self._deadline):
+            if timed_out or (self._deadline is not None and self._clock() >= self._deadline):
                 self._give_up(DeadlinePassed(f"prometheus {self.s.url}: {self._over()} ({problem})"))
             if sent_in == self._round:  # the first of the queries sent together to fail: one line for all
                 self._round += 1
@@ -281,12 +300,90 @@ class PromAPI:
                 log.warning("prometheus %s (attempt %d/%d): %s", self.s.url, self._fails, attempts, problem)
                 pause = min(8.0, 0.5 * 2.0 ** (self._fails - 1))
                 if self._deadline is not None:
-                    pause = min(pause, self._deadline - time.monotonic())
-                self._retry_at = time.monotonic() + pause
+                    pause = min(pause, self._deadline - self._clock())
+                self._retry_at = self._clock() + pause
             if self._fails >= attempts or tries >= attempts:
                 n = max(self._fails, tries)
                 self._give_up(SourceUnavailable(f"prometheus {self.s.url}: no answer after {n} attempts ({problem})"))
-            return max(0.0, self._retry_at - time.monotonic())
+            return max(0.0, self._retry_at - self._clock())
+
+
+class _DeadlineTransport(httpx.HTTPTransport):
+    """httpx's transport whose every socket operation (connect, TLS handshake, each read and write)
+    also ends by the report's deadline. httpx's timeouts are per operation: a server that sends a
+    byte every few seconds never trips them, and kept a report for 54 s past a 15 s deadline."""
+
+    def __init__(self, verify: bool | ssl.SSLContext, left: Callable[[], float | None]) -> None:
+        super().__init__(verify=verify)
+        # the pool HTTPTransport builds (its default limits), on a network backend that knows the deadline
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(verify=verify),
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=_DeadlineBackend(left),
+        )
+
+
+def _capped(timeout: float | None, left: float | None, error: type[Exception]) -> float | None:
+    """``timeout`` capped by the seconds ``left`` (None: no deadline); ``error`` once none are left."""
+    if left is None:
+        return timeout
+    if left <= 0:
+        raise error("the report's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    def __init__(self, left: Callable[[], float | None]) -> None:
+        self._backend = httpcore.SyncBackend()
+        self._left = left
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _capped(timeout, self._left(), httpcore.ConnectTimeout)
+        return _DeadlineStream(
+            self._backend.connect_tcp(host, port, timeout, local_address, socket_options), self._left
+        )
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None
+    ) -> httpcore.NetworkStream:
+        timeout = _capped(timeout, self._left(), httpcore.ConnectTimeout)
+        return _DeadlineStream(self._backend.connect_unix_socket(path, timeout, socket_options), self._left)
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, stream: httpcore.NetworkStream, left: Callable[[], float | None]) -> None:
+        self._stream = stream
+        self._left = left
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _capped(timeout, self._left(), httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _capped(timeout, self._left(), httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        timeout = _capped(timeout, self._left(), httpcore.ConnectTimeout)
+        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, timeout), self._left)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
 
 
 def _again(e: SourceUnavailable) -> SourceUnavailable:

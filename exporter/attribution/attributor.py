@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from exporter.attribution.kubelet import PodDevice, PodResourcesClient, PodResourcesError
@@ -21,8 +22,12 @@ class Attribution:
         passwd_file: str | Path | None = None,
         kubelet_socket: str | None = None,
         pods_interval: float = 30.0,
+        scheduler: Callable[[], Mapping[str, tuple[str, ...]]] | None = None,
     ) -> None:
+        """``scheduler``: the scheduler's record of the jobs it knows, job id -> (user, account,
+        partition, qos), "" where it does not know (the Slurm watcher's, on the node that runs it)."""
         self.procs = ProcReader(proc_root, Users(passwd_file))
+        self.scheduler = scheduler
         self.kubelet = PodResourcesClient(kubelet_socket) if kubelet_socket else None
         self.pods_interval = pods_interval
         self.kubelet_up: bool | None = None if self.kubelet is None else False
@@ -31,7 +36,13 @@ class Attribution:
         self._warned = False
 
     def owners(self, pids: list[int]) -> dict[int, Owner | None]:
+        if self.scheduler is not None:
+            self.procs.scheduled = self.scheduler()
         return {pid: self.procs.owner(pid) for pid in pids}
+
+    def conflicts(self) -> dict[str, int]:
+        """Processes whose environment's claim of their Slurm job was not believed, by claim."""
+        return self.procs.conflicts()
 
     def pod_of(self, uuid: str) -> PodDevice | None:
         return self._pods.get(uuid)

@@ -9,7 +9,11 @@ process that had it before.
 from __future__ import annotations
 
 import dataclasses
+import math
 import pwd
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +30,7 @@ class Owner:
     job_id: str = ""  # Slurm job
     pod_uid: str = ""
     container_id: str = ""
-    account: str = ""  # the Slurm job's account, partition and QOS, from its environment
+    account: str = ""  # the Slurm job's account, partition and QOS, from its processes' environment
     partition: str = ""
     qos: str = ""
 
@@ -69,12 +73,49 @@ class Users:
         return self._names[uid]
 
 
+CLAIMS = ("job_id", "account", "partition", "qos")
+"""What a process's environment claims of its Slurm job: the labels of
+``gpuledger_job_attribute_conflicts_total``."""
+
+RESCAN_SECONDS = 60.0
+"""How often, at most, a node where no process was seen in a job cgroup is looked over again for one."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """One read of ``/proc/PID`` (cached per process): who it is, the job its cgroup names, and what
+    its environment claims. Which job it is billed to is decided at each call (``ProcReader.owner``)."""
+
+    owner: Owner  # uid, user, pod, container
+    cgroup_job: str
+    env: slurmenv.SlurmEnv
+
+
 class ProcReader:
-    def __init__(self, root: str | Path = "/proc", users: Users | None = None) -> None:
+    """Owners of processes. A process's job is the one its cgroup names; its environment
+    (``SLURM_JOB_ID``) names it only on a node without job cgroups, where nothing better says which
+    (a process outside every job cgroup, on a node that has them, is in no job, whatever it sets). A
+    job's account, partition and QOS are the scheduler's where it knows them (``scheduled``: on the
+    node that watches Slurm), else what the environment of the job's first process read that names
+    them says, a process inside the job's cgroup beating one that only claims the job; the claims
+    that contradict what is known are counted (``conflicts``, once per process and claim) and not
+    believed."""
+
+    def __init__(
+        self, root: str | Path = "/proc", users: Users | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.root = Path(root)
         self.users = users or Users()
-        self._cache: dict[int, tuple[str, Owner]] = {}
-        self._jobs: dict[str, tuple[str, str, str]] = {}  # Slurm job -> (account, partition, qos), first found
+        self.clock = clock
+        self._cache: dict[int, tuple[str, _Facts, set[str]]] = {}  # pid -> start, facts, claims counted
+        # Slurm job -> (account, partition, qos), and whether a process inside the job's cgroup named them
+        self._jobs: dict[str, tuple[tuple[str, str, str], bool]] = {}
+        self._job_cgroups = False  # a process on this node was seen in a Slurm job cgroup: the node has them
+        self._scanned_at = -math.inf
+        self._lock = threading.Lock()  # guards _conflicts (read by the snapshot)
+        self._conflicts = dict.fromkeys(CLAIMS, 0)
+        # job -> the scheduler's (user, account, partition, qos), "" where it does not know
+        self.scheduled: Mapping[str, tuple[str, ...]] = {}
 
     def owner(self, pid: int) -> Owner | None:
         """The owner of ``pid``, or None if it is gone (or was never there)."""
@@ -84,31 +125,87 @@ class ProcReader:
             return None
         hit = self._cache.get(pid)
         if hit is not None and hit[0] == start:
-            return self._job_attributes(hit[1])  # a process read before its job's attributes were
-        owner = self._read(pid)
-        if owner is not None and self._start_time(pid) == start:  # still the same process
-            owner = self._job_attributes(owner)
-            self._cache[pid] = (start, owner)
-        return owner
+            return self._owner(hit[1], hit[2])  # a process read before its job's attributes were
+        f = self._read(pid)
+        if f is None:
+            return None
+        if self._start_time(pid) != start:  # another process by now: not kept, not counted
+            return self._owner(f, None)
+        self._cache[pid] = (start, f, set())
+        return self._owner(f, self._cache[pid][2])
 
-    def _job_attributes(self, owner: Owner) -> Owner:
-        """The job's attributes as its first process that named any gave them."""
-        if not owner.job_id:
-            return owner
-        known = self._jobs.get(owner.job_id)
-        if known is None:
-            if any(owner.slurm()):
-                self._jobs[owner.job_id] = owner.slurm()
-            return owner
-        if owner.slurm() == known:
-            return owner
-        account, partition, qos = known
-        return dataclasses.replace(owner, account=account, partition=partition, qos=qos)
+    def conflicts(self) -> dict[str, int]:
+        """Processes whose claim was not believed, by what they claimed (``CLAIMS``), since the start."""
+        with self._lock:
+            return dict(self._conflicts)
+
+    def _owner(self, f: _Facts, counted: set[str] | None) -> Owner:
+        """``f``'s owner with its job and the job's attributes; its conflicts are counted unless in
+        ``counted`` (those of this process counted before; None: count none)."""
+        env, job, inside = f.env, f.cgroup_job, True
+        if job:
+            self._job_cgroups = True
+        elif env.job_id:
+            job, inside = ("" if self._node_has_job_cgroups() else env.job_id), False
+        wrong = ["job_id"] if env.job_id and env.job_id != job else []
+        claims = (env.account, env.partition, env.qos) if env.job_id == job != "" else ("", "", "")
+        attributes = self._job_attributes(job, claims, inside, wrong)
+        new = [] if counted is None else [claim for claim in wrong if claim not in counted]
+        if new:
+            assert counted is not None
+            counted.update(new)
+            with self._lock:
+                for claim in new:
+                    self._conflicts[claim] += 1
+        account, partition, qos = attributes
+        return dataclasses.replace(f.owner, job_id=job, account=account, partition=partition, qos=qos)
+
+    def _job_attributes(
+        self, job: str, claims: tuple[str, str, str], inside: bool, wrong: list[str]
+    ) -> tuple[str, str, str]:
+        """The job's attributes: the scheduler's, where it knows them, else set by the first process
+        that names any and does not contradict the scheduler (one inside the job's cgroup replaces
+        one outside it); each claim of ``claims`` that differs from them is added to ``wrong``."""
+        if not job:
+            return ("", "", "")
+        record = self.scheduled.get(job, ())
+        word = record[1:4] if len(record) == 4 else ("", "", "")
+        believable = all(not c or not w or c == w for c, w in zip(claims, word, strict=True))
+        known = self._jobs.get(job)
+        if any(claims) and believable and (known is None or (inside and not known[1])):
+            self._jobs[job] = known = (claims, inside)
+        found = ("", "", "") if known is None else known[0]
+        out = tuple(w or v for w, v in zip(word, found, strict=True))
+        for name, claim, value in zip(CLAIMS[1:], claims, out, strict=True):
+            if claim and claim != value:
+                wrong.append(name)
+        return (out[0], out[1], out[2])
+
+    def _node_has_job_cgroups(self) -> bool:
+        """Whether any process on this node sits in a Slurm job cgroup (once seen, always: Slurm's
+        cgroup plugin is not switched off under running jobs); looked for at most every
+        ``RESCAN_SECONDS`` while none was seen."""
+        if self._job_cgroups or self.clock() - self._scanned_at < RESCAN_SECONDS:
+            return self._job_cgroups
+        self._scanned_at = self.clock()
+        try:
+            pids = [d for d in self.root.iterdir() if d.name.isdigit()]
+        except OSError:
+            return False
+        for d in pids:
+            try:
+                text = (d / "cgroup").read_text()
+            except OSError:
+                continue  # gone, or not ours to read
+            if facts(text).job_id:
+                self._job_cgroups = True
+                break
+        return self._job_cgroups
 
     def forget_except(self, live: set[int]) -> None:
         for pid in [p for p in self._cache if p not in live]:
             del self._cache[pid]
-        jobs = {o.job_id for _, o in self._cache.values()}
+        jobs = {f.cgroup_job or f.env.job_id for _, f, _ in self._cache.values()}
         for job in [j for j in self._jobs if j not in jobs]:
             del self._jobs[job]
 
@@ -120,7 +217,7 @@ class ProcReader:
         fields = stat.rpartition(")")[2].split()
         return fields[19] if len(fields) > 19 else None
 
-    def _read(self, pid: int) -> Owner | None:
+    def _read(self, pid: int) -> _Facts | None:
         base = self.root / str(pid)
         try:
             cgroup = (base / "cgroup").read_text()
@@ -133,16 +230,13 @@ class ProcReader:
                 uid = int(line.split()[1])  # the real uid
                 break
         f = facts(cgroup)
-        env = slurmenv.read(base / "environ")  # SLURM_JOB_ID too, for set-ups without job cgroups
-        job = f.job_id or env.job_id
-        same = env.job_id == job != ""  # the environment speaks of this process's job
-        return Owner(
-            uid=uid,
-            user=self.users.name(uid) if uid is not None else "",
-            job_id=job,
-            pod_uid=f.pod_uid,
-            container_id=f.container_id,
-            account=env.account if same else "",
-            partition=env.partition if same else "",
-            qos=env.qos if same else "",
+        return _Facts(
+            Owner(
+                uid=uid,
+                user=self.users.name(uid) if uid is not None else "",
+                pod_uid=f.pod_uid,
+                container_id=f.container_id,
+            ),
+            f.job_id,
+            slurmenv.read(base / "environ"),  # SLURM_JOB_ID too, for nodes without job cgroups
         )

@@ -2,23 +2,27 @@
 each ``GpuSnapshot.jobs``, the Slurm jobs' account, partition and QOS as one info series per job
 (``gpuledger_job_info``, joined on ``job_id``: the counters keep their labels, and a job's three
 attributes cost one series on its host, not three more labels on six series per GPU), and the
-kubelet's status as this feature's snapshot part."""
+attribution's status (the kubelet's, the claims not believed) as this feature's snapshot part."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
+from exporter.attribution.procfs import CLAIMS
 from exporter.attribution.shares import JobCounters
 from exporter.registry import Feature, Value, gpu_row, part_row, row
 from exporter.snapshot import GpuSnapshot, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
-class KubeletStatus:
-    """Whether the kubelet's pod-resources API answered last time (absent: not in use)."""
+class AttributionStatus:
+    """The attribution's own state: whether the kubelet's pod-resources API answered last time
+    (None: no socket in use), and the processes whose claim of their job was not believed, by claim
+    (``exporter.attribution.procfs.CLAIMS``)."""
 
-    up: bool
+    kubelet_up: bool | None = None
+    conflicts: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(CLAIMS, 0))
 
 
 JOB_LABELS = ("job_id", "user", "pod", "namespace", "container")
@@ -46,7 +50,7 @@ def _per_job(fn: Callable[[JobCounters], float | None]) -> Callable[[GpuSnapshot
 
 
 # fmt: off
-FEATURE: Feature[KubeletStatus] = Feature("jobs", KubeletStatus, (
+FEATURE: Feature[AttributionStatus] = Feature("jobs", AttributionStatus, (
     gpu_row("gpuledger_gpu_job_info", "info", "", "A job holding the GPU now (Slurm job, pod, user); empty = unknown.",
             "processes + /proc cgroups + kubelet pod-resources", _holding, JOB_LABELS),
     gpu_row("gpuledger_job_gpu_sampled_seconds_total", "counter", "seconds",
@@ -70,9 +74,16 @@ FEATURE: Feature[KubeletStatus] = Feature("jobs", KubeletStatus, (
         "A Slurm job on this host with its account, partition and QOS as its environment names them "
         "(empty = not named); join on job_id.", "/proc/PID/environ (SLURM_JOB_ACCOUNT, _PARTITION, _QOS)",
         _slurm_jobs, SLURM_LABELS),
-    part_row(KubeletStatus, "gpuledger_attribution_kubelet_up", "gauge", "",
+    part_row(AttributionStatus, "gpuledger_attribution_kubelet_up", "gauge", "",
              "1 when the kubelet's pod-resources API answered last time; absent where no socket is used.",
              "kubelet pod-resources",
-             lambda k: float(k.up)),
+             lambda a: None if a.kubelet_up is None else float(a.kubelet_up)),
+    part_row(AttributionStatus, "gpuledger_job_attribute_conflicts_total", "counter", "",
+             "GPU processes whose environment's claim of their Slurm job was not believed, by what it claimed: "
+             "job_id (SLURM_JOB_ID names another job than its cgroup, or the process is outside every job cgroup "
+             "on a node that has them), account, partition or qos (another value than the scheduler's record or "
+             "the job's own processes gave it). Counted once per process and claim.",
+             "/proc/PID/cgroup + /proc/PID/environ",
+             lambda a: {(claim,): float(n) for claim, n in a.conflicts.items()}, ("attribute",)),
 ))
 # fmt: on

@@ -78,7 +78,9 @@ def test_owners_from_a_fabricated_proc_tree(tmp_path: Path) -> None:
     container = "4b1c9f0e2d3a5b6c7d8e9f00112233445566778899aabbccddeeff0011223344"
     pod = "8f3d5c1e-1234-4a6b-9f1e-0a1b2c3d4e5f"
     assert r.owner(102) == Owner(uid=0, user="root", pod_uid=pod, container_id=container)
-    assert r.owner(103) == Owner(uid=1002, user="bob", job_id="55")  # no job cgroup: SLURM_JOB_ID
+    # outside every job cgroup on a node that has them (100, 101): SLURM_JOB_ID alone names no job
+    # (a node without job cgroups: tests/exporter/test_claims.py)
+    assert r.owner(103) == Owner(uid=1002, user="bob")
     assert r.owner(104) == Owner(uid=4321, user="4321")  # unknown uid: the number
     assert r.owner(999) is None  # never there
 
