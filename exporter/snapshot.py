@@ -10,7 +10,16 @@ from typing import Any, TypeVar
 from domain.jobs import JobKey
 from exporter import facts
 from exporter.attribution.shares import JobCounters
-from exporter.readers import NO_NVML, DeviceInfo, EccErrors, FactValue, PcieThroughput, RemappedRows
+from exporter.readers import (
+    NO_NVML,
+    DeviceInfo,
+    EccErrors,
+    FactValue,
+    MigInstance,
+    MigLayout,
+    PcieThroughput,
+    RemappedRows,
+)
 
 P = TypeVar("P")
 
@@ -160,6 +169,48 @@ def job_minute_rows(
     return rows
 
 
+@dataclass(slots=True)
+class MigCounters:
+    """One MIG instance's totals since the exporter saw it, like a whole GPU's. Its busy time is its GPU
+    instance's SM activity (GPM): NVML has no utilisation under MIG."""
+
+    sampled_seconds: float = 0.0
+    busy_seconds: float = 0.0
+    sm_active_seconds: float = 0.0
+    tensor_active_seconds: float = 0.0
+    dram_active_seconds: float = 0.0
+    allocated_seconds: float = 0.0
+    allocated_idle_seconds: float = 0.0
+
+    def copy(self) -> MigCounters:
+        return dataclasses.replace(self)
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstanceSnapshot:
+    reading: MigInstance  # as last read: identity, memory, processes
+    share: float  # its compute slices over the GPU's: what a job on it holds and pays
+    sm_share: float  # its SMs over the GPU's (information)
+    counters: MigCounters
+
+
+@dataclass(frozen=True, slots=True)
+class MigSnapshot:
+    """A GPU in MIG mode: its instances, and the share of its slices in none (shares + it = 1)."""
+
+    slices: int
+    unallocated: float
+    instances: tuple[MigInstanceSnapshot, ...]
+
+
+def mig_snapshot(layout: MigLayout, counters: Mapping[str, MigCounters]) -> MigSnapshot:
+    insts = tuple(
+        MigInstanceSnapshot(i, layout.share(i), layout.sm_share(i), (counters.get(i.uuid) or MigCounters()).copy())
+        for i in layout.instances
+    )
+    return MigSnapshot(layout.slices, layout.unallocated, insts)
+
+
 @dataclass(frozen=True, slots=True)
 class GpuSnapshot:
     info: DeviceInfo
@@ -171,6 +222,7 @@ class GpuSnapshot:
     facts: Mapping[str, FactValue] = field(default_factory=dict)
     """The fact table's values by fact name: a gauge as last read, a counter's total (as in
     ``counters.facts``). Absent: never read, or this GPU has no such fact."""
+    mig: MigSnapshot | None = None  # its MIG instances; None: MIG mode off (or no MIG)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ memory, the jobs and the exporter are in ``grafana.gpu_sections``.
 from __future__ import annotations
 
 from grafana.gpu_links import add_links
+from grafana.gpu_mig import add_mig
 from grafana.gpu_sections import G, add_exporter, add_jobs, add_physical
 from grafana.layout import Dashboard, datasource_var, query_var
 from grafana.model import PROBLEM, UP_DOWN, UTILISATION, WARNING, YES_NO_BAD, Q, mapping, steps
@@ -52,6 +53,7 @@ def build() -> Dashboard:
     _activity(d)
     add_physical(d)
     add_links(d)
+    add_mig(d)
     add_jobs(d)
     add_exporter(d)
     return d

@@ -90,7 +90,11 @@ class GpuJobs:
         power: float | None,
         now: float,
         energy_from_power: bool,
+        busy_of: Mapping[JobKey, float] | None = None,
     ) -> None:
+        """Credit a covered round of ``dt`` seconds to ``holders`` (job -> share). A job's busy time is
+        ``busy`` x its share, or ``busy_of[job]`` x ``dt`` where given (under MIG: its instances' own
+        activity x their shares, ``exporter.sampling.mig``)."""
         for c in self.jobs.values():
             c.holding = False
         p = power or 0.0
@@ -100,7 +104,7 @@ class GpuJobs:
             c.holding, c.last_seen = True, now
             c.sampled_seconds += dt
             c.charged_seconds += dt * share
-            c.busy_seconds += busy * dt * share
+            c.busy_seconds += (busy * share if busy_of is None else busy_of.get(key, 0.0)) * dt
             if energy_from_power:
                 c.energy_joules += p * dt * share
             else:

@@ -10,6 +10,8 @@ from exporter.readers.base import (
     GpmActivity,
     GpuLost,
     Memory,
+    MigInstance,
+    MigLayout,
     NotSupported,
     PcieThroughput,
     Process,
@@ -23,6 +25,7 @@ from exporter.readers.base import (
     UtilSample,
     XidEvent,
     fatal,
+    mig_profile,
     source_name,
 )
 from exporter.readers.probes import Call, Const, FactValue, Field, Grows, Probe
@@ -42,6 +45,8 @@ __all__ = [
     "GpuLost",
     "Grows",
     "Memory",
+    "MigInstance",
+    "MigLayout",
     "NotSupported",
     "PcieThroughput",
     "Probe",
@@ -56,5 +61,6 @@ __all__ = [
     "Utilization",
     "XidEvent",
     "fatal",
+    "mig_profile",
     "source_name",
 ]

@@ -147,6 +147,49 @@ class XidEvent:
     xid: int
 
 
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG device (a compute instance inside a GPU instance) as NVML shows it under its own handle."""
+
+    uuid: str  # the MIG device's UUID ("MIG-..."): what CUDA_VISIBLE_DEVICES and the kubelet name
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str  # its GPU instance's profile, "1g.10gb" (nvidia-smi's name; dcgm-exporter's GPU_I_PROFILE)
+    slices: int  # its compute slices (NVML computeInstanceSliceCount; the GPU instance's when it is whole)
+    sm_count: int
+    memory: Memory | None  # None: unreadable this time
+    processes: tuple[Process, ...] | None  # None: unreadable this time
+    gpm: GpmActivity | None  # its GPU instance's activity since the previous read; None: first read or none
+
+
+@dataclass(frozen=True, slots=True)
+class MigLayout:
+    """A GPU in MIG mode: how many compute slices and SMs the whole GPU has, and its instances."""
+
+    slices: int  # the GPU's compute slices (7 on an A100 or H100): the denominator of every share
+    sm_count: int
+    instances: tuple[MigInstance, ...]
+
+    def share(self, inst: MigInstance) -> float:
+        """The instance's share of the GPU: its compute slices over the GPU's (what a job on it holds)."""
+        return inst.slices / self.slices
+
+    def sm_share(self, inst: MigInstance) -> float:
+        """Its SMs over the GPU's (information: a 1g slice of an H100 has 16 of 132 SMs, not 1/7)."""
+        return inst.sm_count / self.sm_count if self.sm_count else 0.0
+
+    @property
+    def unallocated(self) -> float:
+        """The share of the GPU's compute slices in no instance (shares + this = 1)."""
+        return (self.slices - sum(i.slices for i in self.instances)) / self.slices
+
+
+def mig_profile(slices: int, memory_mb: int) -> str:
+    """A GPU instance profile's name as nvidia-smi and dcgm-exporter write it: compute slices, then the
+    memory in GB rounded up (4864 MB -> 1g.5gb on an A100 40GB, 9856 MB -> 1g.10gb on an H100)."""
+    return f"{slices}g.{-(-memory_mb // 1024)}gb"
+
+
 UtilSample = tuple[int, float]
 """One entry of the utilisation samples buffer: (timestamp in µs, share busy 0..1)."""
 
@@ -209,6 +252,11 @@ class Reader(Protocol):
     def pcie_throughput(self, index: int) -> PcieThroughput: ...
     def wait_xid(self, timeout_seconds: float) -> list[XidEvent]:
         """Block up to ``timeout_seconds`` for XID events; NotSupported if none can be watched."""
+        ...
+
+    def mig_instances(self, index: int) -> MigLayout | None:
+        """The GPU's MIG instances, each with its memory, processes and GPM activity (utilisation is
+        NotSupported under MIG); None while MIG mode is off; NotSupported where the GPU has no MIG."""
         ...
 
     def read_facts(self, index: int, probes: Sequence[Probe]) -> Readout:

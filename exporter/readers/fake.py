@@ -3,7 +3,10 @@
 Its clock only moves when ``advance()`` is called, so tests drive the sampler tick by tick.
 ``latencies`` makes each call take that long (a busy-wait under 1 ms, a sleep above: the
 short NVML calls burn CPU in the driver, the long ones mostly wait). ``fail()`` makes chosen
-calls raise; ``lose()`` makes a GPU fall off the bus.
+calls raise; ``lose()`` makes a GPU fall off the bus. ``mig={0: ("3g.40gb", "2g.20gb", "2g.20gb")}``
+(or ``set_mig()``) puts a GPU in MIG mode with instances of the H100 80GB's profiles (``H100_MIG``):
+then, as NVML does, utilisation is NotSupported on it and each instance has its own memory,
+processes and GPM activity.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from exporter.readers.base import (
     GpmActivity,
     GpuLost,
     Memory,
+    MigInstance,
+    MigLayout,
     NotSupported,
     PcieThroughput,
     Process,
@@ -61,6 +66,58 @@ H200_LATENCIES: dict[str, float] = {
 
 SAMPLE_PERIOD_US = 200_000  # the H200 buffer holds about five samples a second
 
+H100_MIG: dict[str, tuple[int, int, int, int]] = {
+    # The H100 80GB's GPU instance profiles (NVIDIA's MIG user guide): compute slices, SMs, memory MB
+    # (as NVML's memorySizeMB, rounded so that readers.mig_profile() gives the name back), memory
+    # slices of the GPU's 8. The whole GPU: 7 compute slices, 132 SMs.
+    "1g.10gb": (1, 16, 9856, 1),
+    "1g.20gb": (1, 16, 19968, 2),
+    "2g.20gb": (2, 32, 19968, 2),
+    "3g.40gb": (3, 60, 40192, 4),
+    "4g.40gb": (4, 64, 40192, 4),
+    "7g.80gb": (7, 132, 81408, 8),
+}
+H100_SLICES, H100_SMS, H100_MEMORY_SLICES = 7, 132, 8
+MIG_UNSUPPORTED = frozenset({"utilization", "utilization_samples", "process_utilization"})
+"""Calls NVML answers NotSupported on a GPU in MIG mode."""
+
+
+@dataclass
+class FakeMig:
+    """One MIG instance of a fake GPU (a whole GPU instance: one compute instance, id 0)."""
+
+    profile: str
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int = 0
+    memory_used_bytes: int = 0
+    processes: list[Process] = field(default_factory=list)
+    gpm: GpmActivity | None = field(default_factory=lambda: GpmActivity(0.0, 0.0, 0.0, 0.0))  # None: no GPM
+    _gpm_started: bool = False
+
+    def reading(self) -> MigInstance:
+        slices, sms, mb, _ = H100_MIG[self.profile]
+        gpm = self.gpm if self._gpm_started else None  # GPM's first read only starts its interval
+        self._gpm_started = self.gpm is not None
+        memory = Memory(used_bytes=self.memory_used_bytes, total_bytes=mb << 20)
+        ids = (self.gpu_instance_id, self.compute_instance_id)
+        return MigInstance(self.uuid, *ids, self.profile, slices, sms, memory, tuple(self.processes), gpm)
+
+
+def fake_mig(gpu: int, profiles: Sequence[str], first: int = 0) -> list[FakeMig]:
+    """Instances of these profiles on GPU ``gpu`` (UUIDs numbered from ``first``); refuses a layout the
+    H100 cannot hold (more than its 7 compute or 8 memory slices; NVIDIA's placement rules are finer,
+    but no test needs them)."""
+    unknown = [p for p in profiles if p not in H100_MIG]
+    if unknown:
+        raise ValueError(f"no H100 MIG profile {unknown}; known: {sorted(H100_MIG)}")
+    if (
+        sum(H100_MIG[p][0] for p in profiles) > H100_SLICES
+        or sum(H100_MIG[p][3] for p in profiles) > H100_MEMORY_SLICES
+    ):
+        raise ValueError(f"MIG layout {profiles} does not fit an H100 (7 compute, 8 memory slices)")
+    return [FakeMig(p, f"MIG-{gpu:08x}-{first + k:04x}-0000-0000-000000000000", k + 1) for k, p in enumerate(profiles)]
+
 
 @dataclass
 class FakeGpu:
@@ -89,6 +146,7 @@ class FakeGpu:
     """A fact's answer (by fact name) instead of its row's ``fake``; ``unsupported``: NotSupported."""
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
+    mig: list[FakeMig] | None = None  # MIG mode on, with these instances; None: off
     samples: list[UtilSample] = field(default_factory=list)
     _gpm_started: bool = False
 
@@ -110,8 +168,12 @@ class FakeReader:
         latencies: Mapping[str, float] | None = None,
         open_error: ReaderError | None = None,
         start: float = 1_000.0,
+        mig: Mapping[int, Sequence[str]] | None = None,
     ) -> None:
         self.gpus = fake_gpus(gpus) if isinstance(gpus, int) else gpus
+        self._migs = 0  # MIG instances made so far (each gets a UUID of its own)
+        for index, profiles in (mig or {}).items():
+            self.set_mig(index, profiles)
         self.latencies = dict(latencies or {})
         self.open_error = open_error
         self.clock = start
@@ -136,7 +198,7 @@ class FakeReader:
         for g in self.gpus:
             g.energy_joules += g.power_watts * seconds
             ts = (start_us // SAMPLE_PERIOD_US + 1) * SAMPLE_PERIOD_US
-            while ts <= end_us:
+            while ts <= end_us and g.mig is None:  # no utilisation under MIG
                 g.samples.append((ts, g.util))
                 ts += SAMPLE_PERIOD_US
             del g.samples[:-100]
@@ -153,6 +215,12 @@ class FakeReader:
 
     def release(self) -> None:
         self._gate.set()
+
+    def set_mig(self, index: int, profiles: Sequence[str] | None) -> list[FakeMig] | None:
+        """Give GPU ``index`` this MIG layout (new instances, new UUIDs); None: MIG mode off."""
+        self.gpus[index].mig = None if profiles is None else fake_mig(index, profiles, self._migs)
+        self._migs += len(profiles or ())
+        return self.gpus[index].mig
 
     def lose(self, index: int, lost: bool = True) -> None:
         self.gpus[index].lost = lost
@@ -217,7 +285,8 @@ class FakeReader:
         return self._gpu("clock_event_reasons", index).clock_event_reasons
 
     def processes(self, index: int) -> list[Process]:
-        return list(self._gpu("processes", index).processes)
+        g = self._gpu("processes", index)
+        return [*g.processes, *(p for m in g.mig or [] for p in m.processes)]  # the parent sees them all
 
     def process_utilization(self, index: int) -> list[ProcessUtil]:
         return list(self._gpu("process_utilization", index).process_util)
@@ -239,6 +308,12 @@ class FakeReader:
 
     def pcie_throughput(self, index: int) -> PcieThroughput:
         return self._gpu("pcie_throughput", index).pcie
+
+    def mig_instances(self, index: int) -> MigLayout | None:
+        g = self._gpu("mig_instances", index)
+        if g.mig is None:
+            return None
+        return MigLayout(H100_SLICES, H100_SMS, tuple(m.reading() for m in g.mig))
 
     def read_facts(self, index: int, probes: Sequence[Probe]) -> Readout:
         """One call for all (``calls["read_facts"]``, latency ``read_facts``); ``fail(name)`` and
@@ -305,9 +380,9 @@ class FakeReader:
         g = self.gpus[index]
         if g.lost:
             raise GpuLost("GPU is lost", call=call, gpu=index)
-        if call in g.unsupported:
-            raise NotSupported("not supported", call=call, gpu=index)
+        if call in g.unsupported or (g.mig is not None and call in MIG_UNSUPPORTED):
+            raise NotSupported("not supported" if g.mig is None else "not supported in MIG mode", call=call, gpu=index)
         return g
 
 
-__all__ = ["H200_LATENCIES", "FakeGpu", "FakeReader", "fake_gpus"]
+__all__ = ["H100_MIG", "H200_LATENCIES", "FakeGpu", "FakeMig", "FakeReader", "fake_gpus", "fake_mig"]

@@ -19,6 +19,7 @@ from exporter.readers.base import (
     EccErrors,
     GpmActivity,
     Memory,
+    MigLayout,
     NotSupported,
     PcieThroughput,
     Process,
@@ -33,6 +34,7 @@ from exporter.readers.base import (
 )
 from exporter.readers.nvml_errors import translate
 from exporter.readers.nvml_fields import FieldReads
+from exporter.readers.nvml_mig import MigReads, gpm_between, process_memory, text
 from exporter.readers.probes import Call, Probe
 
 T = TypeVar("T")
@@ -52,10 +54,6 @@ def _nvml() -> Any:
     return _NVML
 
 
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 class NvmlReader:
     kind = "nvml"
     time_scale = 1.0
@@ -65,6 +63,7 @@ class NvmlReader:
         self._handles: list[Any] = []
         self._gpm_samples: dict[int, tuple[Any, Any, bool]] = {}
         self._fields = FieldReads()
+        self._mig = MigReads()
         self._events: Any = None
         self._events_uuids: set[str] = set()
         self._events_lock = threading.Lock()  # close() must not free the set under a waiter
@@ -86,15 +85,16 @@ class NvmlReader:
         self._handles = []
         self._gpm_samples = {}
         self._fields = FieldReads()
+        self._mig.close(n)
         driver = self._call("open", None, n.nvmlSystemGetDriverVersion)
         try:
-            version = _text(n.nvmlSystemGetNVMLVersion())
+            version = text(n.nvmlSystemGetNVMLVersion())
         except n.NVMLError:
             version = ""
         count = self._call("devices", None, n.nvmlDeviceGetCount)
         for i in range(count):
             self._handles.append(self._call("devices", i, n.nvmlDeviceGetHandleByIndex, i))
-        return DriverInfo(driver_version=_text(driver), nvml_version=version)
+        return DriverInfo(driver_version=text(driver), nvml_version=version)
 
     def close(self) -> None:
         n = self.n
@@ -103,6 +103,7 @@ class NvmlReader:
                 with contextlib.suppress(n.NVMLError):
                     n.nvmlGpmSampleFree(s)
         self._gpm_samples = {}
+        self._mig.close(n)
         with self._events_lock:
             if self._events is not None:
                 with contextlib.suppress(n.NVMLError):
@@ -123,6 +124,7 @@ class NvmlReader:
         self._handles[index] = self._call("device", index, n.nvmlDeviceGetHandleByIndex, index)
         self._gpm_samples.pop(index, None)
         self._fields.forget(index)
+        self._mig.forget(n, index)
         return self._info(index, "device")
 
     # --- fast readings ------------------------------------------------------------------
@@ -171,7 +173,7 @@ class NvmlReader:
 
     def processes(self, index: int) -> list[Process]:
         procs = self._dev("processes", index, self.n.nvmlDeviceGetComputeRunningProcesses)
-        return [Process(pid=int(p.pid), used_memory_bytes=_mem(p.usedGpuMemory)) for p in procs]
+        return [Process(pid=int(p.pid), used_memory_bytes=process_memory(p.usedGpuMemory)) for p in procs]
 
     def process_utilization(self, index: int) -> list[ProcessUtil]:
         n = self.n
@@ -207,22 +209,7 @@ class NvmlReader:
         self._gpm_samples[index] = (cur, prev, True)
         if not primed:
             return None
-        ids = (
-            n.NVML_GPM_METRIC_SM_UTIL,
-            n.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-            n.NVML_GPM_METRIC_DRAM_BW_UTIL,
-            n.NVML_GPM_METRIC_SM_OCCUPANCY,
-        )
-        req = n.c_nvmlGpmMetricsGet_t()
-        req.version = n.NVML_GPM_METRICS_GET_VERSION
-        req.numMetrics = len(ids)
-        req.sample1 = prev
-        req.sample2 = cur
-        for k, metric_id in enumerate(ids):
-            req.metrics[k].metricId = metric_id
-        self._call("gpm", index, n.nvmlGpmMetricsGet, req)
-        vals = [req.metrics[k].value / 100.0 for k in range(len(ids))]
-        return GpmActivity(sm=vals[0], tensor=vals[1], dram=vals[2], sm_occupancy=vals[3])
+        return self._call("gpm", index, gpm_between, n, prev, cur)
 
     # --- slow readings ------------------------------------------------------------------
 
@@ -265,6 +252,11 @@ class NvmlReader:
         rx = self._dev("pcie_throughput", index, n.nvmlDeviceGetPcieThroughput, n.NVML_PCIE_UTIL_RX_BYTES)
         return PcieThroughput(tx_bytes_per_second=tx * 1024.0, rx_bytes_per_second=rx * 1024.0)
 
+    def mig_instances(self, index: int) -> MigLayout | None:
+        if not 0 <= index < len(self._handles):
+            raise ReaderError(f"no GPU with index {index}", call="mig_instances", gpu=index)
+        return self._mig.read(self.n, self._handles[index], index)
+
     def read_facts(self, index: int, probes: Sequence[Probe]) -> Readout:
         if not 0 <= index < len(self._handles):
             return {p.name: ReaderError(f"no GPU with index {index}", call=p.name, gpu=index) for p in probes}
@@ -291,7 +283,7 @@ class NvmlReader:
         if not data.eventType & n.nvmlEventTypeXidCriticalError:
             return []
         try:
-            uuid = _text(n.nvmlDeviceGetUUID(data.device))
+            uuid = text(n.nvmlDeviceGetUUID(data.device))
         except n.NVMLError:
             uuid = ""
         return [XidEvent(uuid=uuid, xid=int(data.eventData))]
@@ -306,7 +298,7 @@ class NvmlReader:
             for i, h in enumerate(self._handles):
                 try:
                     n.nvmlDeviceRegisterEvents(h, n.nvmlEventTypeXidCriticalError, events)
-                    uuids.add(_text(n.nvmlDeviceGetUUID(h)))
+                    uuids.add(text(n.nvmlDeviceGetUUID(h)))
                 except n.NVMLError as e:
                     if e.value not in (n.NVML_ERROR_NOT_SUPPORTED, n.NVML_ERROR_NO_PERMISSION):
                         raise self._translate(e, "wait_xid", i) from e
@@ -323,10 +315,10 @@ class NvmlReader:
     def _info(self, index: int, call: str) -> DeviceInfo:
         n = self.n
         h = self._handles[index]
-        uuid = _text(self._call(call, index, n.nvmlDeviceGetUUID, h))
-        name = _text(self._call(call, index, n.nvmlDeviceGetName, h))
+        uuid = text(self._call(call, index, n.nvmlDeviceGetUUID, h))
+        name = text(self._call(call, index, n.nvmlDeviceGetName, h))
         pci = self._call(call, index, n.nvmlDeviceGetPciInfo, h)
-        bus = _text(getattr(pci, "busIdLegacy", b"") or pci.busId)
+        bus = text(getattr(pci, "busIdLegacy", b"") or pci.busId)
         return DeviceInfo(index=index, uuid=uuid, model=name, pci_bus_id=bus)
 
     def _dev(self, call: str, index: int, fn: Callable[..., T], *args: Any) -> T:
@@ -343,12 +335,3 @@ class NvmlReader:
 
     def _translate(self, e: Any, call: str, index: int | None) -> ReaderError:
         return translate(self.n, getattr(e, "value", None), str(e), call, index)
-
-
-def _mem(v: Any) -> int | None:
-    # NVML reports NVML_VALUE_NOT_AVAILABLE (all ones) when it cannot see a process' memory
-    try:
-        iv = int(v)
-    except (TypeError, ValueError):
-        return None
-    return None if iv >= (1 << 63) or iv < 0 else iv

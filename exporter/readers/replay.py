@@ -24,6 +24,7 @@ from exporter.readers.base import (
     EccErrors,
     GpmActivity,
     Memory,
+    MigLayout,
     NotSupported,
     PcieThroughput,
     Process,
@@ -195,6 +196,9 @@ class ReplayReader:
 
     def wait_xid(self, timeout_seconds: float) -> list[XidEvent]:
         raise NotSupported("captures hold no XID events", call="wait_xid")
+
+    def mig_instances(self, index: int) -> MigLayout | None:
+        raise NotSupported("captures hold no MIG instances", call="mig_instances", gpu=index)
 
     def read_facts(self, index: int, probes: Sequence[Probe]) -> Readout:
         """A fact the capture holds in no record is NotSupported (absent, not zero: the bundled

@@ -3,7 +3,8 @@
 Integration rule: a tick covers the reader-clock interval since the GPU's previous tick and
 counts only if the utilisation read succeeded. Each counter then grows by (the tick's best
 estimate of its mean over the interval) × (interval). ``sampled_seconds`` grows by the
-interval alone, so ``rate(x) / rate(sampled)`` is the exact time-weighted mean of x.
+interval alone, so ``rate(x) / rate(sampled)`` is the exact time-weighted mean of x. A GPU in MIG
+mode has no utilisation: its busy share comes from its instances' activity (``mig``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 
 from domain.jobs import JobKey
 from exporter.facts import Fact
-from exporter.readers import CLOCK_EVENT_REASONS, GpmActivity, Process, ProcessUtil, Reader, UtilSample
-from exporter.sampling import fact_reads, stalls
+from exporter.readers import CLOCK_EVENT_REASONS, GpmActivity, MigLayout, Process, ProcessUtil, Reader, UtilSample
+from exporter.sampling import fact_reads, mig, stalls
 from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, call
 from exporter.snapshot import GpuGauges
 
@@ -29,27 +30,37 @@ class FastReading:
     procs: list[Process] | None = None
     proc_util: list[ProcessUtil] | None = None
     facts: fact_reads.FactReading | None = None  # the fact table's fast-lane facts
+    mig: MigLayout | None = None  # the MIG instances, read this round; None: MIG off or unread
+    in_mig: bool = False  # the GPU is in MIG mode (as last known, when this round could not read it)
 
 
 def read(reader: Reader, gpu: TrackedGpu, errors: ErrorBook, facts: Sequence[Fact] = ()) -> FastReading:
     """Read one GPU, and ``facts`` (the table's fast lane) in one more reader call where there are
     any. Raises GpuLost / ReaderUnavailable; other failures leave fields None."""
     i = gpu.info.index
-    util = call(gpu, "utilization", lambda: reader.utilization(i), errors)
-    samples = call(
-        gpu,
-        "utilization_samples",
-        lambda: reader.utilization_samples(i, gpu.last_sample_us),
-        errors,
+    got = call(gpu, "mig_instances", lambda: (reader.mig_instances(i),), errors)  # None: unsupported or failed
+    layout = got[0] if got is not None else None
+    in_mig = layout is not None or (got is None and gpu.mig is not None)
+    # under MIG NVML answers utilisation NotSupported: not asked, so it is asked again if MIG goes off
+    util = None if in_mig else call(gpu, "utilization", lambda: reader.utilization(i), errors)
+    samples = (
+        None
+        if in_mig
+        else call(gpu, "utilization_samples", lambda: reader.utilization_samples(i, gpu.last_sample_us), errors)
     )
     power = call(gpu, "power_watts", lambda: reader.power_watts(i), errors)
     mem = call(gpu, "memory", lambda: reader.memory(i), errors)
     temp = call(gpu, "temperature_celsius", lambda: reader.temperature_celsius(i), errors)
     clocks = call(gpu, "clocks", lambda: reader.clocks(i), errors)
     reasons = call(gpu, "clock_event_reasons", lambda: reader.clock_event_reasons(i), errors)
-    procs = call(gpu, "processes", lambda: reader.processes(i), errors)
+    # under MIG the instances' own lists (the parent's needs privileges there, and repeats them)
+    procs = mig.processes(layout) if in_mig else call(gpu, "processes", lambda: reader.processes(i), errors)
     gpm = call(gpu, "gpm", lambda: reader.gpm(i), errors)
-    proc_util = call(gpu, "process_utilization", lambda: reader.process_utilization(i), errors) if procs else None
+    proc_util = (
+        call(gpu, "process_utilization", lambda: reader.process_utilization(i), errors)
+        if procs and not in_mig
+        else None
+    )
     table = fact_reads.read(reader, gpu, facts, errors) if facts else None
     t = reader.now()
 
@@ -59,6 +70,9 @@ def read(reader: Reader, gpu: TrackedGpu, errors: ErrorBook, facts: Sequence[Fac
         gpu.last_sample_us = samples[-1][0]
     elif util is not None:
         busy = util.gpu
+    if layout is not None:
+        busy = mig.busy(layout)
+        gpm = gpm if gpm is not None else mig.activity(layout)
     gauges = GpuGauges(
         utilization=None if util is None else util.gpu,
         memory_utilization=None if util is None else util.memory,
@@ -74,12 +88,14 @@ def read(reader: Reader, gpu: TrackedGpu, errors: ErrorBook, facts: Sequence[Fac
     return FastReading(
         t=t,
         gauges=gauges,
-        busy=busy if util is not None else None,
+        busy=busy if util is not None or layout is not None else None,
         gpm=gpm,
         processes=gauges.processes,
         procs=procs,
         proc_util=proc_util,
         facts=table,
+        mig=layout,
+        in_mig=in_mig,
     )
 
 
@@ -104,11 +120,13 @@ def integrate(gpu: TrackedGpu, r: FastReading, *, max_gap: float, idle_below: fl
         c.sm_active_seconds = c.tensor_active_seconds = c.dram_active_seconds = 0.0
     if gpu.energy_from_power and c.energy_joules is None:
         c.energy_joules = 0.0
-    if prev_t is None or r.busy is None:
+    dt = None if prev_t is None or r.busy is None else r.t - prev_t
+    if dt is not None and (dt <= 0 or dt > max_gap):
+        dt = None  # clock went backwards or the sampler stalled: do not guess across the gap
+    if r.mig is not None or not r.in_mig:
+        mig.fold(gpu, r.mig, dt, idle_below)  # an unread layout keeps the last one known
+    if dt is None or r.busy is None:
         return None  # a baseline tick, or utilisation unreadable: this interval is not covered
-    dt = r.t - prev_t
-    if dt <= 0 or dt > max_gap:
-        return None  # clock went backwards or the sampler stalled: do not guess across the gap
     c.sampled_seconds += dt
     c.busy_seconds += r.busy * dt
     if r.gpm is not None:

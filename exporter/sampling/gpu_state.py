@@ -14,6 +14,7 @@ from exporter.readers import (
     DeviceInfo,
     FactValue,
     GpuLost,
+    MigLayout,
     NotSupported,
     Process,
     Reader,
@@ -28,8 +29,10 @@ from exporter.snapshot import (
     GpuHealth,
     GpuSnapshot,
     JobMinuteRow,
+    MigCounters,
     MinuteRow,
     job_minute_rows,
+    mig_snapshot,
     minute_row,
 )
 
@@ -66,6 +69,9 @@ class TrackedGpu:
     # jobs holding the GPU
     jobs: GpuJobs = field(default_factory=GpuJobs)
     procs_seen: list[Process] = field(default_factory=list)
+    # MIG (exporter.sampling.mig): the layout as last read (None: MIG off), each instance's counters by MIG UUID
+    mig: MigLayout | None = None
+    mig_counters: dict[str, MigCounters] = field(default_factory=dict)
     # history
     minute_base: GpuCounters = field(default_factory=GpuCounters)
     job_minute_base: dict[JobKey, JobCounters] = field(default_factory=dict)
@@ -80,6 +86,7 @@ class TrackedGpu:
             counters=counters,
             jobs=self.jobs.copy(),
             facts={**self.fact_gauges, **counters.facts} if self.fact_gauges or counters.facts else {},
+            mig=None if self.mig is None else mig_snapshot(self.mig, self.mig_counters),
         )
 
     def start_minute(self) -> None:

@@ -15,11 +15,12 @@ from typing import TypeVar
 
 from domain.jobs import JobKey
 from exporter.attribution.attributor import Attribution
+from exporter.attribution.kubelet import PodDevice
 from exporter.attribution.procfs import Owner
 from exporter.attribution.shares import shares
 from exporter.facts import FACTS, Fact
 from exporter.readers import GpuLost, Reader, ReaderError, ReaderUnavailable, XidEvent, source_name
-from exporter.sampling import fastlane, slowlane, stalls
+from exporter.sampling import fastlane, mig, slowlane, stalls
 from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, count_xids, idle_status, reopened, watch_xids
 from exporter.snapshot import EMPTY, JobMinuteRow, MinuteRow, Snapshot, by_type
 
@@ -180,11 +181,12 @@ class Sampler:
 
         def fold(g: TrackedGpu, ro: tuple[fastlane.FastReading, dict[int, Owner | None]]) -> None:
             r, owners = ro
-            g.up = r.busy is not None
+            g.up = r.busy is not None or r.mig is not None  # under MIG: up while its instances answer
             dt = fastlane.integrate(g, r, max_gap=max_gap, idle_below=self.opt.idle_below)
             now = time.monotonic()
             holders = self._fold_jobs(g, r, owners, dt, now)
-            fastlane.fold_stall(g, r, dt, holders, self.opt.stall)
+            # under MIG a job's stalled time is not apportioned yet (the GPU's stall is not its instance's)
+            fastlane.fold_stall(g, r, dt, None if r.in_mig else holders, self.opt.stall)
             if not g.up:
                 g.observed_since = None
                 return
@@ -205,18 +207,26 @@ class Sampler:
         """Credit the jobs holding the GPU with this round (caller holds the lock); their shares,
         or None when the process list could not be read."""
         if r.procs is None:
-            return None  # the process list could not be read: keep what we knew
+            return None  # the process list (under MIG: an instance's) could not be read: keep what we knew
         g.procs_seen = r.procs
-        pod = self.attribution.pod_of(g.info.uuid) if self.attribution is not None else None
-        holders = shares(r.procs, owners, r.proc_util, pod)
+        busy_of: dict[JobKey, float] | None = None
+        if r.mig is not None:  # a job holds its instances' share of the GPU (exporter.sampling.mig)
+            holders, busy_of = mig.holders(r.mig, owners, self._pod_of)
+        else:
+            holders = shares(r.procs, owners, r.proc_util, self._pod_of(g.info.uuid))
         if dt is not None and r.busy is not None:
+            power, from_power = r.gauges.power_watts, g.energy_from_power
             g.jobs.integrate(
-                holders, dt=dt, busy=r.busy, power=r.gauges.power_watts, now=now, energy_from_power=g.energy_from_power
+                holders, dt=dt, busy=r.busy, power=power, now=now, energy_from_power=from_power, busy_of=busy_of
             )
         else:
             g.jobs.seen(holders, now)
         g.jobs.expire(now, self.opt.job_grace)
         return holders
+
+    def _pod_of(self, uuid: str) -> PodDevice | None:
+        """The pod the kubelet gave this GPU or MIG device to, if any."""
+        return self.attribution.pod_of(uuid) if self.attribution is not None else None
 
     def _each(
         self, gpus: list[TrackedGpu], read: Callable[[TrackedGpu], R], fold: Callable[[TrackedGpu, R], None]

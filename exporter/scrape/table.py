@@ -8,6 +8,7 @@ where a metric comes from, start at the feature that registers it:
 - ``exporter`` and ``gpu``: ``exporter.sampling.gpu_metrics`` (the sampler and every per-GPU reading)
 - ``history``: ``exporter.history.metrics``
 - ``process``: ``exporter.scrape.process_metrics`` (prometheus_client's ProcessCollector)
+- ``mig``: ``exporter.sampling.mig_metrics`` (MIG instances; no series for a GPU not in MIG mode)
 - ``jobs``: ``exporter.sampling.job_metrics``
 - ``slurm``: ``exporter.slurm.metrics``
 - ``bench``: ``exporter.benchmarks.metrics``
@@ -20,7 +21,7 @@ from typing import Any
 from exporter.benchmarks import metrics as bench
 from exporter.history import metrics as history
 from exporter.registry import Feature, MetricDef, assemble
-from exporter.sampling import gpu_metrics, job_metrics
+from exporter.sampling import gpu_metrics, job_metrics, mig_metrics
 from exporter.scrape import process_metrics
 from exporter.slurm import metrics as slurm
 
@@ -29,6 +30,7 @@ FEATURES: tuple[Feature[Any], ...] = (
     history.FEATURE,
     process_metrics.FEATURE,
     gpu_metrics.GPU,
+    mig_metrics.FEATURE,
     job_metrics.FEATURE,
     slurm.FEATURE,
     bench.FEATURE,

@@ -118,6 +118,8 @@ def write_extras(f: Fleet, out: IO[str], step: int = 60) -> None:
                 labels,
                 ((t, 1.0) for t in times if w.start + a * step <= t < w.start + b * step),
             )
+    host, dev = f.devices[-1]  # the last GPU is in MIG mode: an H100's 3g, 2g and 1g, one slice free
+    _mig(out, {"instance": f"{host}:10044", "job": job, "gpu": str(dev.index), "uuid": dev.uuid}, times)
     for i, host in enumerate(sorted({h for h, _ in f.devices})):
         node = {"instance": f"{host}:10044", "job": job}
         _series(
@@ -130,6 +132,35 @@ def write_extras(f: Fleet, out: IO[str], step: int = 60) -> None:
         _series(out, "gpuledger_history_write_errors_total", node, ((t, 0.0) for t in times))
     _queue(f, out, times, job)
     _bench(f, out, times, job)
+
+
+MIG_LAYOUT = (
+    ("1", "3g.40gb", 3, 60, 40192, 0.6),
+    ("2", "2g.20gb", 2, 32, 19968, 0.0),
+    ("3", "1g.10gb", 1, 16, 9856, 0.9),
+)
+
+
+def _mig(out: IO[str], base: dict[str, str], times: list[float]) -> None:
+    """The series of a GPU in MIG mode (exporter.sampling.mig_metrics): per instance, and the free slice."""
+    for gi, profile, slices, sms, mb, busy in MIG_LAYOUT:
+        at = {**base, "gpu_instance_id": gi, "mig_profile": profile, "mig_uuid": f"MIG-{base['uuid'][4:12]}-{gi}"}
+        _series(out, "gpuledger_mig_instance_info", {**at, "compute_instance_id": "0"}, ((t, 1.0) for t in times))
+        gauges = {
+            "gpuledger_mig_share_ratio": slices / 7,
+            "gpuledger_mig_sm_share_ratio": sms / 132,
+            "gpuledger_mig_sm_count": sms,
+            "gpuledger_mig_memory_total_bytes": mb << 20,
+            "gpuledger_mig_memory_used_bytes": (mb << 20) // 2 if busy else 0,
+            "gpuledger_mig_processes": 1 if busy else 0,
+        }
+        for name, v in gauges.items():
+            _series(out, name, at, ((t, float(v)) for t in times))
+        rates = {"sampled": 1.0, "busy": busy, "sm_active": busy, "tensor_active": busy / 2, "dram_active": busy / 4}
+        rates |= {"allocated": 1.0 if busy else 0.0, "allocated_idle": 0.0}
+        for name, r in rates.items():
+            _series(out, f"gpuledger_mig_{name}_seconds_total", at, ((t, r * (t - times[0])) for t in times))
+    _series(out, "gpuledger_gpu_mig_unallocated_ratio", base, ((t, 1 / 7) for t in times))
 
 
 def _queue(f: Fleet, out: IO[str], times: list[float], job: str) -> None:

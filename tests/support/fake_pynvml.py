@@ -11,10 +11,11 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import pynvml as real
 
+from exporter.readers.fake import H100_MIG, H100_SLICES
 from tests.support.paths import CAPTURE
 
 LINES = [json.loads(x) for x in CAPTURE.read_text().splitlines()]
@@ -46,9 +47,25 @@ LINK_FIELDS: dict[int, tuple[int, int]] = {  # per NVLink link (the scope id), t
 
 BYTE_FIELDS = {real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, real.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX}
 
+GI_PROFILES = {  # NVML's GPU instance profile ids -> the H100 80GB's profiles (others: NOT_SUPPORTED)
+    real.NVML_GPU_INSTANCE_PROFILE_1_SLICE: "1g.10gb",
+    real.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: "1g.20gb",
+    real.NVML_GPU_INSTANCE_PROFILE_2_SLICE: "2g.20gb",
+    real.NVML_GPU_INSTANCE_PROFILE_3_SLICE: "3g.40gb",
+    real.NVML_GPU_INSTANCE_PROFILE_4_SLICE: "4g.40gb",
+    real.NVML_GPU_INSTANCE_PROFILE_7_SLICE: "7g.80gb",
+}
+
+
+class MigHandle(NamedTuple):
+    """The handle of MIG device ``k`` of GPU ``gpu`` (GPU instance k + 1, compute instance 0)."""
+
+    gpu: int
+    k: int
+
 
 class FakeNvml:
-    def __init__(self, gpus: int = 2, nvlinks: int = 0) -> None:
+    def __init__(self, gpus: int = 2, nvlinks: int = 0, mig: dict[int, tuple[str, ...]] | None = None) -> None:
         for name in dir(real):
             if name.startswith(("NVML_", "nvmlEventType", "nvmlClocksEventReason")) or name in (
                 "NVMLError",
@@ -65,11 +82,19 @@ class FakeNvml:
         self.init_error: int | None = None
         self.events: list[tuple[int, int]] = []  # (device index, xid)
         self.gpm_gets = 0
+        self.mig = dict(mig or {})  # GPU index -> its MIG instances' profiles (MIG mode on); absent: off
+        self.mig_gpm_gets: list[tuple[int, int]] = []  # (GPU, GPU instance id) of each nvmlGpmMigSampleGet
 
     def _check(self, fn: str) -> None:
         code = self.fail.get(fn)
         if code is not None:
             raise real.NVMLError(code)
+
+    def _mig(self, h: MigHandle) -> str:
+        layout = self.mig.get(h.gpu, ())
+        if h.k >= len(layout):
+            raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)  # the instance has gone
+        return layout[h.k]
 
     def _h(self, handle: Any) -> int:
         idx: int = handle
@@ -101,7 +126,10 @@ class FakeNvml:
         self._check("nvmlDeviceGetHandleByIndex")
         return self._h(i)
 
-    def nvmlDeviceGetUUID(self, h: int) -> bytes:
+    def nvmlDeviceGetUUID(self, h: Any) -> bytes:
+        if isinstance(h, MigHandle):
+            self._mig(h)
+            return f"MIG-{h.gpu:08x}-{h.k:04x}-4000-8000-000000000000".encode()
         return f"{STATIC['uuid'][:-1]}{self._h(h)}".encode()
 
     def nvmlDeviceGetName(self, h: int) -> str:
@@ -113,6 +141,8 @@ class FakeNvml:
     # --- readings -----------------------------------------------------------------------
     def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
         self._check("nvmlDeviceGetUtilizationRates")
+        if h in self.mig:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)  # no utilisation under MIG
         return SimpleNamespace(gpu=REC["util_gpu_pct"], memory=REC["util_mem_pct"])
 
     def nvmlDeviceGetSamples(self, h: int, kind: int, since: int) -> tuple[int, list[Any]]:
@@ -133,7 +163,9 @@ class FakeNvml:
         self._check("nvmlDeviceGetTotalEnergyConsumption")
         return int(REC["energy_mJ"])
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
+        if isinstance(h, MigHandle):
+            return SimpleNamespace(used=(h.k + 1) << 30, total=H100_MIG[self._mig(h)][2] << 20)
         return SimpleNamespace(used=REC["mem_used_bytes"], total=STATIC["memory_total_bytes"])
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
@@ -145,8 +177,11 @@ class FakeNvml:
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
         return int(REC["clock_event_reasons"])
 
-    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[Any]:
         self._check("nvmlDeviceGetComputeRunningProcesses")
+        if isinstance(h, MigHandle):  # one process per instance: pid 1000 + k, k + 1 GiB
+            self._mig(h)
+            return [SimpleNamespace(pid=1000 + h.k, usedGpuMemory=(h.k + 1) << 30)]
         procs = [SimpleNamespace(pid=p, usedGpuMemory=b) for p, b in REC["procs"]]
         return [
             *procs,
@@ -201,6 +236,48 @@ class FakeNvml:
             scaled = value * (scope + 1) if fid in BYTE_FIELDS else value
             return (kind, scaled) if scope < self.nvlinks else None
         return self.fields.get(fid)
+
+    # --- MIG ----------------------------------------------------------------------------
+    def nvmlDeviceGetMigMode(self, h: int) -> list[int]:
+        self._check("nvmlDeviceGetMigMode")
+        on = int(self._h(h) in self.mig)
+        return [on, on]
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, h: int, profile: int) -> Any:
+        self._h(h)
+        name = GI_PROFILES.get(profile)
+        if name is None:
+            raise real.NVMLError(real.NVML_ERROR_NOT_SUPPORTED)
+        slices, sms, mb, _ = H100_MIG[name]
+        return SimpleNamespace(sliceCount=slices, multiprocessorCount=sms, memorySizeMB=mb)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
+        self._h(h)
+        return H100_SLICES
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, k: int) -> MigHandle:
+        if k >= len(self.mig.get(self._h(h), ())):
+            raise real.NVMLError(real.NVML_ERROR_NOT_FOUND)
+        return MigHandle(h, k)
+
+    def nvmlDeviceGetAttributes(self, h: MigHandle) -> Any:
+        slices, sms, mb, _ = H100_MIG[self._mig(h)]
+        return SimpleNamespace(
+            multiprocessorCount=sms, gpuInstanceSliceCount=slices, computeInstanceSliceCount=slices, memorySizeMB=mb
+        )
+
+    def nvmlDeviceGetGpuInstanceId(self, h: MigHandle) -> int:
+        self._mig(h)
+        return h.k + 1
+
+    def nvmlDeviceGetComputeInstanceId(self, h: MigHandle) -> int:
+        self._mig(h)
+        return 0
+
+    def nvmlGpmMigSampleGet(self, h: int, gpu_instance: int, sample: object) -> object:
+        self._check("nvmlGpmMigSampleGet")
+        self.mig_gpm_gets.append((self._h(h), gpu_instance))
+        return sample
 
     # --- GPM ----------------------------------------------------------------------------
     def nvmlGpmQueryDeviceSupport(self, h: int) -> Any:
