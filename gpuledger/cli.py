@@ -11,7 +11,7 @@ from daemonkit.argparse_hints import HintingParser, describe
 from exporter import __version__
 from exporter import cli as exporter_cli
 from exporter.benchmarks import cli as bench_cli
-from gpuledger import demo, up
+from gpuledger import demo, scaling, up
 from gpuledger import statements as statements_cli
 
 
@@ -87,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cli.add_arguments(bench)
     describe(bench, *bench_cli.HELP)
     bench.set_defaults(func=bench_cli.run)
+    sc = sub.add_parser("scaling", help="does multi-GPU pay for your training script? speedup and cost at 1..N GPUs")
+    scaling.add_arguments(sc)
+    describe(sc, *scaling.HELP)
+    sc.set_defaults(func=scaling.run)
     ver = sub.add_parser("version", help="print the version")
     describe(ver, "Print gpuledger's version and the Python it runs on.", "gpuledger version")
     ver.set_defaults(func=_version)

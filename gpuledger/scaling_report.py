@@ -1,0 +1,159 @@
+"""The result of ``gpuledger scaling``: the figures per N, the table and the JSON."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpuledger import scaling_math as sm
+
+
+@dataclass
+class Row:
+    n: int
+    status: str = "ok"  # ok | failed | timeout
+    step_seconds: float | None = None
+    samples_per_step: float | None = None  # all ranks together
+    runs: list[dict[str, Any]] = field(default_factory=list)  # {"steps", "seconds"} of each run
+    grad_bytes: int | None = None
+    error: str = ""
+    tail: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Result:
+    name: str
+    script: list[str]
+    scaling: sm.Scaling
+    method: str  # "two runs" ({steps}) or "step timer" (gpuledger.steptimer)
+    unit: str  # "GPUs" or "ranks" (CPU)
+    price_per_gpu_hour: float
+    currency: str
+    example_prices: bool
+    energy: str  # why energy is n/a
+    warmup: int = 0
+    repeat: int = 1
+    rows: list[Row] = field(default_factory=list)
+
+    def baseline(self) -> Row | None:
+        return next((r for r in self.rows if r.n == 1 and r.step_seconds), None)
+
+    def speedup(self, r: Row) -> float | None:
+        b = self.baseline()
+        if b is None or b.step_seconds is None or not r.step_seconds:
+            return None
+        return sm.speedup(self.scaling, r.n, b.step_seconds, r.step_seconds)
+
+    def cost_per_sample(self, r: Row) -> float | None:
+        if r.step_seconds is None or not r.samples_per_step:
+            return None
+        return sm.cost_per_steps(self.price_per_gpu_hour, r.n, r.step_seconds, 1) / r.samples_per_step
+
+    def verdicts(self) -> list[str]:
+        b = self.baseline()
+        out = []
+        per = "per sample" if b is not None and b.samples_per_step else "per unit of work"
+        for r in self.rows:
+            s = self.speedup(r)
+            if r.n == 1 or s is None or s <= 0:
+                continue
+            ratio = None
+            c1, cn = (self.cost_per_sample(b), self.cost_per_sample(r)) if b is not None else (None, None)
+            if c1 and cn:
+                ratio = cn / c1
+            out.append(sm.verdict(r.n, s, self.unit, self.price_per_gpu_hour, self.currency, per, ratio))
+        return out
+
+    def fit(self) -> sm.Fit | None:
+        points = [(r.n, s) for r in self.rows if r.n > 1 and (s := self.speedup(r)) is not None and s > 0]
+        return sm.fit(self.scaling, points)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == "ok" for r in self.rows)
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def table(res: Result) -> str:
+    cur = res.currency
+    how = {
+        "weak": "weak scaling: the same per-rank batch, speedup = throughput(N) / throughput(1) = N·t(1) / t(N)",
+        "strong": "strong scaling: a fixed global batch split over N, speedup = t(1) / t(N)",
+    }[res.scaling]
+    if res.method == "two runs":
+        method = "steady step time = (t2 − t1) / (steps2 − steps1) of two runs per N (start-up and warm-up cancel)"
+        if res.repeat > 1:
+            method += f"; medians of {res.repeat} runs each"
+    else:
+        method = f"step timer: each rank's median step after {res.warmup} warm-up steps, the slowest rank's"
+    example = " (example prices: set [cost] in the config)" if res.example_prices else ""
+    lines = [
+        f"# gpuledger scaling: {res.name} ({' '.join(res.script)})",
+        f"# {how}",
+        f"# {method}",
+        f"# price {res.price_per_gpu_hour:,.2f} {cur} per GPU-hour{example}"
+        + (", per rank here (no GPUs)" if res.unit == "ranks" else "")
+        + f"; energy per step n/a ({res.energy})",
+    ]
+    unit = "gpus" if res.unit == "GPUs" else "ranks"
+    runs_head = "  t1 s (steps)  t2 s (steps)" if res.method == "two runs" else ""
+    lines.append(
+        f"# {unit:>5}  {'step ms':>8}  {'samples/s':>10}  {'speedup':>7}  {'effic.':>6}  "
+        f"{cur + '/1k steps':>13}  {cur + '/sample':>12}{runs_head}"
+    )
+    for r in res.rows:
+        if r.status != "ok" or r.step_seconds is None:
+            lines.append(f"  {r.n:>5}  {r.status}: {r.error}")
+            continue
+        s = res.speedup(r)
+        thr = r.samples_per_step / r.step_seconds if r.samples_per_step else None
+        per_k = sm.cost_per_steps(res.price_per_gpu_hour, r.n, r.step_seconds)
+        line = (
+            f"  {r.n:>5}  {r.step_seconds * 1e3:>8.1f}  {_f(thr, '>10.1f'):>10}  {_f(s, '>7.2f'):>7}  "
+            f"{_f(None if s is None else sm.efficiency(r.n, s) * 100, '>5.0f'):>5}%  {per_k:>13.4f}  "
+            f"{_f(res.cost_per_sample(r), '>12.3g'):>12}"
+        )
+        if res.method == "two runs":
+            line += "".join(f"  {sec:>5.1f} ({steps:>5})" for steps, sec in median_times(r.runs))
+        lines.append(line.replace(" n/a%", "  n/a"))
+    lines += [f"# {v}" for v in res.verdicts()]
+    f = res.fit()
+    if f is not None:
+        lines.append(
+            f"# prediction ({f.law} fit, serial fraction {f.serial_fraction * 100:.1f} %): "
+            f"{f.next_n} {res.unit}: {f.predicted_speedup:.2f}x ({f.predicted_efficiency * 100:.0f} % efficiency)"
+            " — a prediction, not a measurement"
+        )
+    return "\n".join(lines)
+
+
+def median_times(runs: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(steps, median seconds) of the runs at each step count, fewest steps first."""
+    by: dict[int, list[float]] = {}
+    for run in runs:
+        by.setdefault(int(run["steps"] or 0), []).append(float(run["seconds"]))
+    return [(k, statistics.median(v)) for k, v in sorted(by.items())]
+
+
+def to_json(res: Result) -> dict[str, Any]:
+    doc = asdict(res)
+    for r, row in zip(res.rows, doc["rows"], strict=True):
+        s = res.speedup(r)
+        row["speedup"] = s
+        row["efficiency"] = None if s is None else sm.efficiency(r.n, s)
+        row["throughput_samples_per_second"] = (
+            r.samples_per_step / r.step_seconds if r.samples_per_step and r.step_seconds else None
+        )
+        row["cost_per_1000_steps"] = (
+            None if r.step_seconds is None else sm.cost_per_steps(res.price_per_gpu_hour, r.n, r.step_seconds)
+        )
+        row["cost_per_sample"] = res.cost_per_sample(r)
+        row["energy_per_step_joules"] = None
+    f = res.fit()
+    doc["verdicts"] = res.verdicts()
+    doc["prediction"] = None if f is None else {**asdict(f), "predicted_efficiency": f.predicted_efficiency}
+    return doc

@@ -1,0 +1,66 @@
+"""Per-step times for ``gpuledger scaling``: one line in a training script, no torch needed.
+
+    from gpuledger.steptimer import steps
+
+    for batch in steps(loader, samples_per_step=len_of_batch, grad_bytes=4 * n_parameters):
+        ...  # forward, backward, optimizer step
+
+Under ``gpuledger scaling`` (which sets ``GPULEDGER_SCALING_STEP_DIR``) every rank writes the time
+of each step, from one iteration to the next (fetching the batch and the loop's body), to
+``rank-<RANK>.json`` in that folder when the loop ends, however it ends. The command drops the
+warm-up steps, takes each rank's median and keeps the slowest rank's. Without the variable
+``steps`` only passes the items through, so the script runs as before anywhere else.
+
+On a GPU the loop runs ahead of the device until the queue fills (then each iteration waits for
+the GPU); a step that reads a value back (``loss.item()``) or the optimizer's synchronisation
+keeps the steady times honest, and the warm-up steps that are dropped cover the filling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+STEP_DIR_ENV = "GPULEDGER_SCALING_STEP_DIR"
+
+T = TypeVar("T")
+
+
+def steps(iterable: Iterable[T], *, samples_per_step: int | None = None, grad_bytes: int | None = None) -> Iterator[T]:
+    """Yield ``iterable``'s items, timing each step when ``gpuledger scaling`` asks for it.
+
+    ``samples_per_step``: this rank's samples per step (its batch); ``grad_bytes``: the bytes of
+    gradients a step all-reduces (4 x parameters in float32). Both are optional and only reported."""
+    folder = os.environ.get(STEP_DIR_ENV)
+    if not folder:
+        yield from iterable
+        return
+    times: list[float] = []
+    last = time.perf_counter()
+    try:
+        for item in iterable:
+            yield item
+            now = time.perf_counter()
+            times.append(now - last)
+            last = now
+    finally:
+        _write(Path(folder), times, samples_per_step, grad_bytes)
+
+
+def _write(folder: Path, times: list[float], samples_per_step: int | None, grad_bytes: int | None) -> None:
+    rank = int(os.environ.get("RANK", "0"))
+    doc = {
+        "rank": rank,
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+        "samples_per_step": samples_per_step,
+        "grad_bytes": grad_bytes,
+        "step_seconds": times,
+    }
+    path = folder / f"rank-{rank}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, path)  # the command never reads half a file
