@@ -4,6 +4,7 @@ same file, environment and flags as the exporter's (``exporter.config``), as sec
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,10 +18,12 @@ from analytics.report import groupings
 from analytics.report.groupings import LABEL
 from analytics.report.output import FORMATS
 from daemonkit import crontab
+from daemonkit.http import valid_user
 from daemonkit.settings import check_timezone, split_listen
 from exporter.config import MAX_LABEL_VALUE, Settings, check_label_value
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}")  # an HTTP field name (RFC 9110 token), bounded
 _BUDGETED = ", ".join(groupings.names(lambda g: g.budgets))  # the groupings [budgets] rules may name
 
 
@@ -212,6 +215,78 @@ class AnalyticsSettings(_Section):
         description="/metrics: each grouping's top N keys by total cost get gauges; one (other) row sums the rest",
     )
 
+    access: Literal["open", "per_user"] = Field(
+        "open",
+        description="who sees what the analytics daemon serves: open (everyone who passes [web] basic auth, if any, "
+        "sees everything) or per_user (each user, named by basic auth or a trusted proxy's header, sees only their "
+        "own users and jobs rows, idle and stalled jobs in the reports and the landing page; admins see everything; "
+        "/metrics is the admins'; docs/security.md)",
+    )
+    admins: list[str] = Field(
+        [],
+        description="per_user: the users who see everything, /metrics included (Prometheus scrapes as one of them); "
+        "at least one; without proxy_user_header each must be a [web] basic-auth user (basic_auth_users or its file)",
+    )
+    per_user_fleet_totals: bool = Field(
+        False,
+        description="per_user: a user's report keeps the fleet's totals and breakdowns by host, model, GPU, cluster, "
+        "day, queue and failures, and the unallocated row (no user's name, job or cost in them); false: the headline "
+        "is the user's own and those are left out",
+    )
+    proxy_user_header: str = Field(
+        "",
+        description="per_user: the request header in which a trusted reverse proxy names the user it authenticated "
+        '(e.g. "X-Forwarded-User"); the header from an address outside trusted_proxies is refused with 403; '
+        "empty: only basic auth",
+    )
+    trusted_proxies: list[str] = Field(
+        [],
+        description="per_user: the addresses or networks (CIDR) of the reverse proxies whose proxy_user_header "
+        'is believed, e.g. ["10.0.0.0/8"]',
+    )
+
+    @field_validator("admins")
+    @classmethod
+    def _admins(cls, v: list[str]) -> list[str]:
+        bad = [x for x in v if not valid_user(x)]
+        if bad:
+            raise ValueError(f"{bad!r}: a user name is 1-256 printable characters without surrounding spaces")
+        return list(dict.fromkeys(v))
+
+    @field_validator("proxy_user_header")
+    @classmethod
+    def _proxy_header(cls, v: str) -> str:
+        if v and not HEADER_NAME.fullmatch(v):
+            raise ValueError(f"{v[:80]!r} is not an HTTP header name (letters, digits, -; at most 64)")
+        if v.lower() in ("authorization", "host", "cookie"):
+            raise ValueError(f"{v!r} carries something else than a proxy's user")
+        return v
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, v: list[str]) -> list[str]:
+        out = []
+        for x in v:
+            try:
+                out.append(str(ipaddress.ip_network(x, strict=False)))
+            except ValueError:
+                raise ValueError(f"{x[:80]!r} is not an address or a network (10.0.0.0/8, ::1)") from None
+        return list(dict.fromkeys(out))
+
+    @model_validator(mode="after")
+    def _access(self) -> AnalyticsSettings:
+        if bool(self.proxy_user_header) != bool(self.trusted_proxies):
+            raise ValueError("analytics.proxy_user_header and analytics.trusted_proxies go together: set both")
+        if self.access == "open":
+            given = [n for n in ("admins", "proxy_user_header", "per_user_fleet_totals") if getattr(self, n)]
+            if given:
+                raise ValueError(f'analytics.{given[0]} is for access = "per_user"; access is "open"')
+        elif not self.admins:
+            raise ValueError(
+                'analytics.admins: access = "per_user" needs at least one admin (who sees everything and /metrics)'
+            )
+        return self
+
     @field_validator("timezone")
     @classmethod
     def _tz(cls, v: str) -> str:
@@ -365,6 +440,20 @@ class FullSettings(Settings):
     statements: StatementsSettings = Field(default_factory=StatementsSettings)  # type: ignore[assignment]
     budgets: BudgetsSettings = Field(default_factory=BudgetsSettings)  # type: ignore[assignment]
     focus: FocusSettings = Field(default_factory=FocusSettings)  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _users(self) -> FullSettings:
+        a, users = self.analytics, self.web.basic_auth_users
+        if a.access != "per_user" or a.proxy_user_header:
+            return self
+        if not users:
+            raise ValueError(
+                'analytics.access = "per_user" needs users: web.basic_auth_users, or analytics.proxy_user_header'
+            )
+        unknown = [x for x in a.admins if x not in users]
+        if unknown:
+            raise ValueError(f"analytics.admins: {unknown!r} not in web.basic_auth_users (and no proxy_user_header)")
+        return self
 
     @model_validator(mode="after")
     def _budget_labels(self) -> FullSettings:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import ipaddress
+import json
 import logging
 import threading
 import time
@@ -35,10 +37,12 @@ from analytics.focus_files import daily_missing, write_daily
 from analytics.metrics import BudgetCollector, ReportCollector, RunsCollector
 from analytics.pipeline import make_report, make_source, out_dir
 from analytics.report import served
+from analytics.report.access import for_user
+from analytics.report.output import file_stem, write_atomic
 from analytics.sources import Source, SourceUnavailable
 from analytics.statements.monthly import write_month
 from daemonkit.crontab import cron_trigger
-from daemonkit.http import MetricsServer, WebOptions, serve
+from daemonkit.http import MetricsServer, WebOptions, current_user, serve
 from daemonkit.settings import split_listen
 from domain.week import Window, last_full_week
 from exporter import __version__
@@ -58,6 +62,7 @@ class Analytics:
         self.clock = clock
         self.reports_dir = out_dir(settings)
         self._reports: dict[str, rpt.Report] = {}
+        self._owners: dict[str, dict[str, str]] = {}  # report label -> job row key -> user (per_user access)
         self._lock = threading.Lock()
         self.runs: dict[tuple[str, str], int] = {}
         self.last_ok: dict[str, float] = {}
@@ -70,7 +75,8 @@ class Analytics:
         registry.register(BudgetCollector(self.budget_figures))
         self.site = AnalyticsSite(self, registry)
         host, port = split_listen(settings.analytics.listen)
-        w = settings.web
+        w, a = settings.web, settings.analytics
+        per_user = a.access == "per_user"
         self.server = MetricsServer(
             WebOptions(
                 host,
@@ -78,9 +84,44 @@ class Analytics:
                 str(w.tls_cert_file) if w.tls_cert_file else None,
                 str(w.tls_key_file) if w.tls_key_file else None,
                 w.basic_auth_users,
+                require_user=per_user,
+                proxy_user_header=a.proxy_user_header,
+                trusted_proxies=[ipaddress.ip_network(x) for x in a.trusted_proxies],
+                metrics_users=frozenset(a.admins) if per_user else None,
             ),
             self.site,
         )
+
+    @property
+    def per_user(self) -> bool:
+        return self.s.analytics.access == "per_user"
+
+    def viewer(self) -> str | None:
+        """Whose view the request being served gets: None for everything (open access, an admin),
+        else the user's name ("" for a request without one: it sees nothing of anyone's)."""
+        if not self.per_user:
+            return None
+        user = current_user()
+        return None if user is not None and user in self.s.analytics.admins else user or ""
+
+    def owners(self, label: str) -> dict[str, str]:
+        """Each job row's user in the report of ``label``: kept since this daemon built it, else
+        read from the reports folder (none: the report's jobs are nobody's, shown to no user)."""
+        with self._lock:
+            got = self._owners.get(label)
+        if got is not None:
+            return got
+        raw = served.read_private(self.reports_dir, _owners_file(label))
+        try:
+            data = json.loads(raw) if raw is not None else {}
+        except ValueError:
+            data = {}
+        ok = isinstance(data, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in data.items())
+        return data if ok else {}
+
+    def view(self, r: rpt.Report, user: str) -> rpt.Report:
+        """``r`` as ``user`` may see it (analytics.report.access)."""
+        return for_user(r, user, self.owners(r.week), self.s.analytics.per_user_fleet_totals)
 
     def tasks(self) -> list[str]:
         """The tasks this configuration runs, as gpuledger_analytics_runs_total names them."""
@@ -116,8 +157,9 @@ class Analytics:
     def weekly(self, window: Window | None = None) -> list[Path]:
         """Write the report of ``window`` (default: the last full ISO week) to the reports folder."""
         window = window or last_full_week(self.clock(), self.tz)
+        owners: dict[str, str] | None = {} if self.per_user else None
         try:
-            r = make_report(self.source, window, self.s, now=self.clock())
+            r = make_report(self.source, window, self.s, now=self.clock(), owners=owners)
         except SourceUnavailable as e:
             log.error("weekly report %s: source unavailable: %s", window.label, e)
             self._count("weekly", "error")
@@ -132,6 +174,10 @@ class Analytics:
         # and the catch-up's "already written" (without it every start rewrote last week's report)
         formats = [*self.s.analytics.formats, *([] if "json" in self.s.analytics.formats else ["json"])]
         files = rpt.write(r, formats, self.reports_dir)
+        if owners is not None:  # each job's user, for the per-user views of this report after a restart
+            write_atomic(self.reports_dir / _owners_file(r.week), json.dumps(owners, sort_keys=True) + "\n")
+            with self._lock:
+                self._owners[r.week] = owners
         with self._lock:
             self._reports["week"] = r
         self._count("weekly", "ok")
@@ -178,8 +224,9 @@ class Analytics:
         now = self.clock()
         end = now // 60 * 60
         window = Window(end - WEEK, end, "rolling-7d", self.tz)
+        owners: dict[str, str] | None = {} if self.per_user else None
         try:
-            r = make_report(self.source, window, self.s, now=now)
+            r = make_report(self.source, window, self.s, now=now, owners=owners)
         except SourceUnavailable as e:
             log.error("rolling 7-day refresh: source unavailable: %s", e)
             self._count("refresh", "error")
@@ -193,6 +240,8 @@ class Analytics:
             return None
         with self._lock:
             self._reports["rolling_7d"] = r
+            if owners is not None:
+                self._owners[r.week] = owners
         self._count("refresh", "ok")
         if self.s.budgets.rules:
             self.refresh_budgets(now)
@@ -291,6 +340,11 @@ class Analytics:
         self.scheduler.shutdown(wait=True)
 
 
+def _owners_file(label: str) -> str:
+    """The daemon's record of each job's user in a report (a dot file: never served)."""
+    return f".{file_stem(label)}.owners.json"
+
+
 def _now(tz: zoneinfo.ZoneInfo) -> dt.datetime:
     return dt.datetime.now(tz)
 
@@ -320,19 +374,47 @@ class AnalyticsSite:
             "refresh_no_data": runs.get(("refresh", "no_data"), 0),
         }
 
-    def page(self, path: str) -> tuple[bytes, str] | None:
+    def page(self, path: str) -> tuple[bytes, str] | int | None:
         """/reports/<file>: a report file the daemon wrote (analytics.report.served says which and
-        how); anything else is None (404) with one short, escaped log line."""
+        how); anything else is None (404) with one short, escaped log line. A user's view
+        (per-user access, not an admin): the report rendered again from its JSON, cut to the user
+        (analytics.report.access), and 403 for the FOCUS files."""
         if not path.startswith("/reports/"):
             return None
         rel = path[len("/reports/") :]
-        got = served.read(self.a.reports_dir, rel)
+        user = self.a.viewer()
+        got = served.read(self.a.reports_dir, rel) if user is None else self._users_file(rel, user)
         if isinstance(got, str):
             log.info("/reports/%s refused: %s", served.shown(rel), got)
             return None
         return got
 
+    def _users_file(self, rel: str, user: str) -> tuple[bytes, str] | int | str:
+        """Report file ``rel`` as ``user`` may see it, 403 (a FOCUS file), or why it is refused."""
+        part = served.report_part(rel)
+        if part is None:
+            return "not a report file name"
+        stem, what = part
+        if what.startswith("focus/"):
+            return 403  # the finance export adds up to the fleet: the admins' (docs/security.md)
+        got = served.read(self.a.reports_dir, f"{stem}.json")
+        if isinstance(got, str):
+            return f"no JSON report to cut to the user from: {got}"
+        try:
+            r = self.a.view(rpt.from_json(got[0]), user)
+        except ValueError as e:
+            return f"unreadable JSON report: {str(e)[:80]}"
+        ctype = served.TYPES[what.rpartition(".")[2] if "/" in what else what]
+        if what.startswith("csv/"):
+            text = rpt.to_csv(r).get(what.removeprefix("csv/"))
+            return (text.encode(), ctype) if text is not None else "not a CSV table"
+        render = {"html": rpt.to_html, "json": rpt.to_json, "md": rpt.to_markdown}[what]
+        return render(r).encode(), ctype
+
     def landing(self) -> str:
         a = self.a
         files = served.listing(a.reports_dir)
-        return rpt.landing_page(a.reports(), files, a.source.name, a.tz, __version__)
+        reports, user = a.reports(), a.viewer()
+        if user is not None:
+            reports = {name: a.view(r, user) for name, r in reports.items()}
+        return rpt.landing_page(reports, files, a.source.name, a.tz, __version__)

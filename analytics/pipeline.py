@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from analytics.config import FullSettings
-from analytics.report.build import build
+from analytics.report.build import build, job_key
 from analytics.report.model import Report
 from analytics.sources import Source, SourceUnavailable
 from analytics.sources.dcgm import DcgmSource
@@ -63,14 +63,25 @@ def fewer_collections() -> Iterator[None]:
 
 
 def make_report(
-    source: Source, window: Window, s: FullSettings, *, with_previous: bool = True, now: float | None = None
+    source: Source,
+    window: Window,
+    s: FullSettings,
+    *,
+    with_previous: bool = True,
+    now: float | None = None,
+    owners: dict[str, str] | None = None,
 ) -> Report:
     """The window's report; the previous window feeds the week-over-week deltas and benchmark
     drift. A previous window the source cannot serve only loses the comparison. A Prometheus
     source's queries, both windows together, end by ``prometheus.deadline_seconds``. ``now``:
-    hours are charged up to it (default: the wall clock; the daemon passes its own)."""
+    hours are charged up to it (default: the wall clock; the daemon passes its own). ``owners``,
+    given, is filled with each job row's user (job row key -> user; analytics.report.access)."""
     with fewer_collections(), source.session():
         data = source.week(window)
+        if owners is not None:
+            for j in data.jobs:
+                if j.job.user:
+                    owners.setdefault(job_key(j), j.job.user)
         previous = None
         if with_previous:
             try:

@@ -62,20 +62,26 @@ class BasicAuth:
         return bool(self._users)
 
     def check(self, header: str | None) -> bool:
+        """Whether the request may pass: always without users, else its credentials check."""
+        return not self._users or self.user(header) is not None
+
+    def user(self, header: str | None) -> str | None:
+        """The user whose credentials ``header`` carries and check, else None (always None
+        without configured users)."""
         if not self._users:
-            return True
+            return None
         if not header or not header.startswith("Basic ") or len(header) > 1024:
-            return False
+            return None
         try:
             user, _, password = base64.b64decode(header[6:], validate=True).decode().partition(":")
         except (ValueError, UnicodeDecodeError):
-            return False
+            return None
         secret = password.encode()
         hashed = self._users.get(user)
         key = hashlib.sha256(user.encode() + b"\0" + secret + b"\0" + (hashed or b"")).digest()
         with self._lock:
             if hashed is not None and key in self._ok:
-                return True
+                return user
         fits = len(secret) <= 72 and b"\0" not in secret
         with self._slots:
             try:
@@ -83,9 +89,9 @@ class BasicAuth:
             except ValueError:
                 ok = False
         if not (ok and fits and hashed is not None):
-            return False
+            return None
         with self._lock:
             if len(self._ok) > 1024:
                 self._ok.clear()
             self._ok.add(key)
-        return True
+        return user

@@ -18,6 +18,7 @@ import contextlib
 import errno
 import http.client
 import io
+import ipaddress
 import json
 import logging
 import resource
@@ -26,7 +27,8 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,6 +56,38 @@ class WebOptions:
     max_connections: int = 512  # lowered to fit the descriptor limit
     header_timeout: float = 10.0  # from a request's first byte to the end of its headers
     idle_timeout: float = 30.0  # a kept-alive connection waiting for its next request
+    # Per-user access (the analytics' [analytics] access = "per_user"); the defaults change nothing.
+    require_user: bool = False  # a request (probes aside) names its user (basic auth, the proxy header), else 401
+    proxy_user_header: str = ""  # the header a trusted reverse proxy names its authenticated user in ("": none read)
+    trusted_proxies: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network] = ()  # the header from elsewhere: 403
+    metrics_users: Collection[str] | None = None  # the users /metrics answers (None: whoever passes); others 403
+
+
+MAX_USER_CHARS = 256
+"""A user name from a proxy's header is at most this long, printable, with no surrounding spaces."""
+_USER: ContextVar[str | None] = ContextVar("gpuledger_http_user", default=None)
+
+
+def current_user() -> str | None:
+    """The user the request being served authenticated as (basic auth or a trusted proxy's header),
+    for a :class:`Site`'s methods; None when the server knows none (no auth configured)."""
+    return _USER.get()
+
+
+def valid_user(name: str) -> bool:
+    """Whether ``name`` can be a user's name as a proxy's header gives it."""
+    return 0 < len(name) <= MAX_USER_CHARS and name.isprintable() and name == name.strip()
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """A client's address as a network compares it: an IPv4-mapped IPv6 address as the IPv4 one."""
+    try:
+        addr = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    return addr
 
 
 class Site(Protocol):
@@ -69,8 +103,8 @@ class Site(Protocol):
         ...
 
     def landing(self) -> str: ...
-    def page(self, path: str) -> tuple[bytes, str] | None:
-        """(body, content type) for another path, or None for 404."""
+    def page(self, path: str) -> tuple[bytes, str] | int | None:
+        """(body, content type) for another path, a status to refuse it with (e.g. 403), or None for 404."""
         ...
 
 
@@ -267,21 +301,62 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/livez":
             self._send(200, b'{"status": "alive"}\n', "application/json")
             return
-        if not self.server.auth.check(self.headers.get("Authorization")):
-            self._send(
-                401,
-                b"unauthorized\n",
-                "text/plain; charset=utf-8",
-                {"WWW-Authenticate": 'Basic realm="gpuledger"'},
-            )
+        user, refused = self._identify()
+        if refused:
+            self._refuse_user(refused)
             return
-        if path == "/metrics":
+        token = _USER.set(user)
+        try:
+            self._serve(path, user)
+        finally:
+            _USER.reset(token)
+
+    def _identify(self) -> tuple[str | None, int]:
+        """(the request's user, 0) when it may pass, else (None, 401 or 403). A trusted proxy's
+        header names the user; the header from any other address is refused (403); else basic
+        auth; without either, a server that requires a user answers 401."""
+        opts = self.server.opts
+        if opts.proxy_user_header:
+            values = self.headers.get_all(opts.proxy_user_header) or []
+            if values:
+                addr = _address(str(self.client_address[0]))
+                if addr is None or not any(addr in net for net in opts.trusted_proxies):
+                    if self.server.forged_log(self.server.clock()):  # at most a line a minute
+                        log.warning(
+                            "%s: %s from an address that is not a trusted proxy: 403",
+                            printable(self.client_address[0]),
+                            opts.proxy_user_header,
+                        )
+                    return None, 403
+                name = values[0].strip()
+                return (name, 0) if len(values) == 1 and valid_user(name) else (None, 401)
+        auth = self.server.auth
+        if auth.enabled:
+            user = auth.user(self.headers.get("Authorization"))
+            return (user, 0) if user is not None else (None, 401)
+        return None, 401 if opts.require_user else 0
+
+    def _refuse_user(self, code: int) -> None:
+        if code == 403:
+            self._send(403, b"forbidden\n", "text/plain; charset=utf-8")
+            return
+        challenge = {"WWW-Authenticate": 'Basic realm="gpuledger"'} if self.server.auth.enabled else None
+        self._send(401, b"unauthorized\n", "text/plain; charset=utf-8", challenge)
+
+    def _serve(self, path: str, user: str | None) -> None:
+        metrics_users = self.server.opts.metrics_users
+        if path == "/metrics" and metrics_users is not None and user not in metrics_users:
+            self._refuse_user(401 if user is None else 403)
+        elif path == "/metrics":
             gzip_ok = "gzip" in (self.headers.get("Accept-Encoding") or "")
             body, ctype = self.server.site.render(self.headers.get("Accept"), gzip_ok)
             self._send(200, body, ctype, {"Content-Encoding": "gzip"} if gzip_ok else None)
         elif path == "/":
             self._send(200, self.server.site.landing().encode(), "text/html; charset=utf-8")
-        elif (page := self.server.site.page(path)) is not None:
+        elif isinstance(page := self.server.site.page(path), int):
+            phrase = HTTPStatus(page).phrase.lower()
+            self._send(page, f"{phrase}\n".encode(), "text/plain; charset=utf-8")
+        elif page is not None:
             self._send(200, *page)
         else:
             self._send(404, b"not found\n", "text/plain; charset=utf-8")
@@ -343,7 +418,7 @@ class MetricsServer(ThreadingHTTPServer):
         self._conns: dict[int, _Conn] = {}  # id(socket) -> connection, in accept order
         self._conns_lock = threading.Lock()
         self._backoff = 0.0
-        self._full_log, self._fd_log = _Once(), _Once()
+        self._full_log, self._fd_log, self.forged_log = _Once(), _Once(), _Once()
         self._tls: ssl.SSLContext | None = None
         if opts.tls_cert_file:
             self._tls = tls_context(opts.tls_cert_file, opts.tls_key_file)

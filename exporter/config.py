@@ -131,6 +131,41 @@ class ExporterSettings(_Section):
         return self
 
 
+MAX_USERS_FILE_BYTES = 1 << 20
+
+
+def read_htpasswd(path: Path) -> dict[str, str]:
+    """user -> bcrypt hash from an htpasswd file, or a ValueError naming the file (and the line)."""
+    where = f"web.basic_auth_users_file {path}"
+    if not path.is_file():
+        raise ValueError(f"{where}: not a regular file")
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_USERS_FILE_BYTES + 1)
+        text = raw.decode("utf-8")
+    except OSError as e:
+        raise ValueError(f"{where}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: not UTF-8") from None
+    if len(raw) > MAX_USERS_FILE_BYTES:
+        raise ValueError(f"{where}: over {MAX_USERS_FILE_BYTES} bytes")
+    users: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, hashed = line.partition(":")
+        if not sep or not user or not user.isprintable() or user != user.strip():
+            raise ValueError(f"{where}:{n}: not a user:hash line")
+        if user in users:
+            raise ValueError(f"{where}:{n}: user {user[:80]!r} given twice")
+        try:
+            users[user] = check_password_hash(hashed)
+        except ValueError as e:
+            raise ValueError(f"{where}:{n}: user {user[:80]!r}: password hash {e}") from None
+    return users
+
+
 class WebSettings(_Section):
     listen: str = Field(f":{DEFAULT_PORT}", description="the exporter's HOST:PORT (or :PORT for every address)")
     tls_cert_file: Path | None = Field(
@@ -139,6 +174,11 @@ class WebSettings(_Section):
     tls_key_file: Path | None = Field(None, description="PEM private key")
     basic_auth_users: dict[str, str] = Field(
         default_factory=dict, description="user -> bcrypt hash, on both daemons (the probes need none)"
+    )
+    basic_auth_users_file: Path | None = Field(
+        None,
+        description="more users, from an htpasswd file of bcrypt hashes (a user:$2y$... line each, as htpasswd -B "
+        "writes it; # comments), added to basic_auth_users at start",
     )
 
     @field_validator("listen")
@@ -173,6 +213,18 @@ class WebSettings(_Section):
         if errors:
             raise ValidationError.from_exception_data("basic_auth_users", errors)
         return v
+
+    @model_validator(mode="after")
+    def _users_file(self) -> WebSettings:
+        """The users of ``basic_auth_users_file`` added to ``basic_auth_users`` (each hash checked as
+        theirs are; an error names the file and line, never the hash)."""
+        if self.basic_auth_users_file is not None:
+            users = read_htpasswd(self.basic_auth_users_file)
+            both = sorted(users.keys() & self.basic_auth_users.keys())
+            if both:
+                raise ValueError(f"web.basic_auth_users_file: {both[0]!r} is in basic_auth_users too: give it once")
+            self.__dict__["basic_auth_users"] = {**self.basic_auth_users, **users}  # no re-validation
+        return self
 
     @model_validator(mode="after")
     def _pair(self) -> WebSettings:

@@ -59,6 +59,22 @@ def prepare(s: FullSettings, reader: Reader, no_history: bool = False) -> FullSe
     )
 
 
+def exporter_settings(s: FullSettings) -> FullSettings:
+    """The exporter's half of the settings. With per-user access ([analytics] access = "per_user")
+    its /metrics, which carries every job's user and job id, is the admins' as the analytics' is:
+    only the admins among [web]'s basic-auth users pass (it reads no proxy header)."""
+    a = s.analytics
+    if a.access != "per_user":
+        return s
+    admins = {u: h for u, h in s.web.basic_auth_users.items() if u in a.admins}
+    if not admins:
+        raise ConfigError(
+            "analytics.admins: gpuledger up with per_user access needs an admin among web.basic_auth_users: the "
+            "exporter's /metrics carries every job's user and is the admins' (it reads no proxy header)"
+        )
+    return s.model_copy(update={"web": s.web.model_copy(update={"basic_auth_users": admins})})
+
+
 def run(args: argparse.Namespace) -> int:
     from analytics.daemon import Analytics
     from daemonkit.logs import setup_logging
@@ -74,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         reader = build_reader(s)
         s = prepare(s, reader, args.no_history)
         address = s.web.listen
-        exporter = Exporter(s, reader)
+        exporter = Exporter(exporter_settings(s), reader)
         exporter.start()  # first: it creates the history file the analytics open
         address = s.analytics.listen
         try:

@@ -25,6 +25,11 @@ def _safe(week: str) -> str:
     return re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]+", "_", week)).strip(".") or "report"
 
 
+def file_stem(week: str) -> str:
+    """The stem of a window's report files: ``gpuledger-<week as a file-name part>``."""
+    return f"gpuledger-{_safe(week)}"
+
+
 def focus_dir(out_dir: Path, week: str) -> Path:
     """The folder of a window's FOCUS files (``gpuledger report --focus``; analytics.report.focus)."""
     return out_dir / f"gpuledger-{_safe(week)}-focus"

@@ -50,6 +50,36 @@ def content_type(rel: str) -> str | None:
     return None
 
 
+def report_part(rel: str) -> tuple[str, str] | None:
+    """A served name as (the report's file stem ``gpuledger-<label>``, what of it): ``html``,
+    ``json``, ``md``, ``csv/<table>.csv`` or ``focus/<stem>.csv``; None for a name not served."""
+    if content_type(rel) is None:
+        return None
+    parts = rel.split("/")
+    if len(parts) == 1:
+        stem, _, ext = parts[0].rpartition(".")
+        return stem, ext
+    folder, name = parts
+    stem, _, kind = folder.rpartition("-")
+    return stem, f"{kind}/{name}"
+
+
+def read_private(folder: Path, name: str) -> bytes | None:
+    """The bytes of the daemon's own file ``name`` (a dot file, never served) in ``folder``, read
+    as :func:`read` reads a report (no symlink, a regular file only); None when it cannot be."""
+    fds: list[int] = []
+    try:
+        fds.append(os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        fds.append(_open(name, fds[-1], folder=False))
+        with open(fds[-1], "rb", closefd=False) as f:
+            return f.read()
+    except OSError:
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def shown(rel: str) -> str:
     """``rel`` as it may appear in a log line: escaped (ASCII, no control characters) and short."""
     return ascii(rel[:_SHOWN]) + (f"... ({len(rel)} characters)" if len(rel) > _SHOWN else "")
