@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from analytics.sources.promapi import PromAPI, Series, label_value, rng
 from domain.week import Day, Window, days
 
+BUCKET = 300.0  # the rollups' bucket: their groups' interval, seconds
 MANY = 64  # more GPUs than this to redo in a day: select them all rather than by a long regex
 
 
@@ -114,11 +115,67 @@ def day_totals(api: PromAPI, w: Window, counters: Mapping[str, str], reset_kind:
         for i, series in enumerate(api.query_many(fix)):
             d, bad = redo[i // n]
             per_day[d][kinds[i % n]].update((u, v) for u, v in _by_uuid(series).items() if u in bad)
-    missing = {u for day in per_day for u in day[reset_kind]} - set(labels)
-    if missing:  # present in the counters but never at an instant: its last info sample in the window
+    _missing_labels(api, w, info, labels, {u for day in per_day for u in day[reset_kind]})
+    return DayTotals(tuple(DayGrowth(day, growth) for day, growth in zip(spans, per_day, strict=True)), labels)
+
+
+def _missing_labels(api: PromAPI, w: Window, info: str, labels: dict[str, dict[str, str]], uuids: set[str]) -> None:
+    """GPUs present in the counters but never in ``info`` at an instant: their last info sample in
+    the window."""
+    missing = uuids - set(labels)
+    if missing:
         for s in api.query(f"last_over_time({info}{_only(missing)}[{rng(w.seconds)}])", w.end):
             if s.labels.get("uuid", "") in missing:
                 labels.setdefault(s.labels.get("uuid", ""), s.labels)
+
+
+def rollup(counter: str) -> str:
+    """The rollup rule's series for a counter: ``gpuledger_gpu_busy_seconds_total`` ->
+    ``gpuledger:gpu_busy_seconds:increase5m``."""
+    return f"gpuledger:{counter.removeprefix('gpuledger_').removesuffix('_total')}:increase5m"
+
+
+def whole_buckets(seconds: float) -> str:
+    """A range holding the buckets stamped in (end - seconds, end]: a millisecond short, since
+    Prometheus before 3.0 includes both ends of a range and the bucket stamped at the start
+    belongs to the span before."""
+    return f"{max(1, round(seconds * 1000) - 1)}ms"
+
+
+def rollups_cover(api: PromAPI, w: Window, counter: str) -> bool:
+    """Whether the rollup of ``counter`` names every GPU its raw series names one bucket into each
+    day of ``w`` and at its end: the rules ran (or were backfilled) over the whole window."""
+    instants = sorted({min(d.start + BUCKET, w.end) for d in days(w)} | {w.end})
+    queries = [(f"count by (uuid) ({name})", t) for t in instants for name in (counter, rollup(counter))]
+    answers = api.query_many(queries)
+    seen = False
+    for raw, rolled in zip(answers[::2], answers[1::2], strict=True):
+        if set(_by_uuid(raw)) - set(_by_uuid(rolled)):
+            return False
+        seen = seen or bool(rolled)
+    return seen
+
+
+def rollup_totals(api: PromAPI, w: Window, counters: Mapping[str, str], info: str) -> DayTotals:
+    """As ``day_totals``, from the counters' rollups: each day the sum of its buckets per GPU (the
+    rules have handled resets and gaps); the ``info`` labels at the day boundaries as there."""
+    spans = days(w)
+    kinds = list(counters)
+    queries = [
+        (f"sum by (uuid) (sum_over_time({rollup(counters[k])}[{whole_buckets(d.seconds)}]))", d.end)
+        for d in spans
+        for k in kinds
+    ]
+    bounds = [spans[0].start, *(d.end for d in spans)]
+    queries += [(info, t) for t in bounds]
+    answers = api.query_many(queries)
+    n = len(kinds)
+    per_day = [{k: _by_uuid(answers[d * n + i]) for i, k in enumerate(kinds)} for d in range(len(spans))]
+    labels: dict[str, dict[str, str]] = {}
+    for series in answers[len(spans) * n :]:
+        for s in series:
+            labels.setdefault(s.labels.get("uuid", ""), s.labels)
+    _missing_labels(api, w, info, labels, {u for day in per_day for k in kinds for u in day[k]})
     return DayTotals(tuple(DayGrowth(day, growth) for day, growth in zip(spans, per_day, strict=True)), labels)
 
 

@@ -9,6 +9,11 @@ the day boundaries (``analytics.sources.counters``: exact, one sample per series
 series begin and end inside the window: ``increase(...[day])``. The days add up to the window
 and are the daily figures too. Hourly energy (for time-of-day tariffs) is one range query. Only
 plain PromQL and the query/query_range endpoints are used.
+
+Where the rollup rules run (``deploy/prometheus/rules/gpuledger-rollups.yml``) and cover the window,
+GPU and job counters are read from them instead: each day the sum of its 5-minute buckets, no raw
+sample decoded; the report's approximations say so. Both give the same figures on the same data
+(``tests/analytics/test_rollups.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,10 @@ GPU_COUNTERS = {
     "stalled": "gpuledger_gpu_stalled_seconds_total",
 }
 JOB_LABELS = ("job_id", "user", "pod", "namespace", "container")
+ROLLUP_NOTE = (
+    "GPU and job counters read from the 5-minute rollups (gpuledger:*:increase5m recording rules), "
+    "not the raw series: a day's figures may be shifted by up to 5 minutes where the rules ran live"
+)
 
 
 class PrometheusSource(PromQLSource):
@@ -47,17 +56,25 @@ class PrometheusSource(PromQLSource):
         api: PromAPI | None = None,
         hourly_energy: bool = False,
         pod_labels: Sequence[str] = (),
+        rollups: bool = True,
     ) -> None:
         super().__init__(settings, api, pod_labels)
         self.hourly_energy = hourly_energy  # a tariff needs energy hour by hour
+        self.rollups = rollups  # read the rollup rules' series where they cover the window
 
     # --- GPUs ---------------------------------------------------------------------------
 
     def gpus(self, w: Window) -> GpuFigures:
         """The GPUs, and each one's scrape target (``instance``: the exporter that wrote its series)."""
         problems: list[str] = []
+        notes: tuple[str, ...] = ()
         try:
-            totals = counters.day_totals(self.api, w, GPU_COUNTERS, "sampled", "gpuledger_gpu_info")
+            rolled = self.rollups and counters.rollups_cover(self.api, w, GPU_COUNTERS["sampled"])
+            if rolled:
+                totals = counters.rollup_totals(self.api, w, GPU_COUNTERS, "gpuledger_gpu_info")
+                notes = (ROLLUP_NOTE,)
+            else:
+                totals = counters.day_totals(self.api, w, GPU_COUNTERS, "sampled", "gpuledger_gpu_info")
         except QueryError as e:
             raise SourceUnavailable(f"prometheus {self.s.url}: GPU totals: {e}") from e
         total = totals.total
@@ -96,18 +113,18 @@ class PrometheusSource(PromQLSource):
                 )
             )
         targets = {uuid: labels.get("instance", "") for uuid, labels in totals.labels.items()}
-        return GpuFigures(tuple(out), problems=tuple(problems), targets=targets)
+        return GpuFigures(tuple(out), notes, tuple(problems), targets=targets, carry=rolled)
 
     # --- jobs, queue, failures, benchmarks ---------------------------------------------
 
     def jobs(self, w: Window, g: GpuFigures) -> JobFigures:
         """By day, as the GPU totals (their Slurm records are joined by the enrichment step)."""
         try:
-            return JobFigures(tuple(self._jobs(w, g.gpus)))
+            return JobFigures(tuple(self._jobs(w, g.gpus, rolled=g.carry is True)))
         except QueryError as e:
             return JobFigures(problems=(f"per-job figures: {e}",))
 
-    def _jobs(self, w: Window, gpus: Sequence[GpuWeek]) -> list[JobWeek]:
+    def _jobs(self, w: Window, gpus: Sequence[GpuWeek], rolled: bool = False) -> list[JobWeek]:
         hosts = {g.uuid: g.host for g in gpus}
         by = "uuid, " + ", ".join(JOB_LABELS)
         seen: dict[tuple[str, JobKey], None] = {}  # (uuid, job), in the order first answered
@@ -123,8 +140,14 @@ class PrometheusSource(PromQLSource):
             ("charged_seconds", charged),
             ("stalled_seconds", stalled),
         )
+
+        def growth(metric: str, seconds: float) -> str:
+            if rolled:  # the day's 5-minute buckets
+                return f"sum_over_time(gpuledger:job_gpu_{metric}:increase5m[{counters.whole_buckets(seconds)}])"
+            return f"increase(gpuledger_job_gpu_{metric}_total[{rng(seconds)}])"
+
         asked = [
-            (into, f"sum by ({by}) (increase(gpuledger_job_gpu_{metric}_total[{rng(day.seconds)}]))", day.end)
+            (into, f"sum by ({by}) ({growth(metric, day.seconds)})", day.end)
             for day in days(w)
             for metric, into in metrics
         ]

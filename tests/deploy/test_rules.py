@@ -41,7 +41,7 @@ def alerts() -> list[dict[str, Any]]:
 
 
 def test_there_are_rule_and_test_files() -> None:
-    assert [p.name for p in RULE_FILES] == ["gpuledger-alerts.yml", "gpuledger-recording.yml"]
+    assert [p.name for p in RULE_FILES] == ["gpuledger-alerts.yml", "gpuledger-recording.yml", "gpuledger-rollups.yml"]
     assert TEST_FILES
 
 
@@ -49,7 +49,7 @@ def test_there_are_rule_and_test_files() -> None:
 def test_promtool_checks_the_config() -> None:
     res = promtool("check", "config", str(PROM / "prometheus.yml"))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "2 rule files found" in res.stdout, res.stdout
+    assert "3 rule files found" in res.stdout, res.stdout
 
 
 @pytest.mark.integration

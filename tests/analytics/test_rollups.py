@@ -1,0 +1,214 @@
+"""The weekly report from the 5-minute rollups (deploy/prometheus/rules/gpuledger-rollups.yml) against
+the report from the raw series, on the same backfilled week: the same figures (within 0.5 pp
+utilisation, 1 % energy and cost, every grouping), conservation kept, and the report saying which
+it read. The rollups are backfilled as docs/alerts.md says: ``promtool tsdb create-blocks-from
+rules`` against the running Prometheus, in VictoriaMetrics by ``vmalert -replay`` of the same file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from analytics import synthetic_om
+from analytics.config import PrometheusSettings
+from analytics.cost import CostModel
+from analytics.report.build import build
+from analytics.report.model import Report
+from analytics.sources.prometheus import ROLLUP_NOTE, PrometheusSource
+from analytics.synthetic import Fleet
+from domain.week import WeekData, Window, iso_week
+from tests.support.conservation import assert_conserves
+from tests.support.fleet import WEEK, prometheus
+from tests.support.http import free_port, http_get
+from tests.support.paths import REPO
+from tests.support.prometheus import PrometheusServer
+from tests.support.tools import require_binary
+from tests.support.victoria import VictoriaMetricsServer
+
+RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuledger-rollups.yml"
+BUCKET = 300
+UTILISATION_PP = 0.005  # 0.5 percentage points
+REL = 0.01  # energy and cost
+FRACTIONS = ("utilization", "sm_activity", "coverage")
+HOURS = ("sampled_gpu_hours", "busy_gpu_hours", "useful_gpu_hours", "allocated_gpu_hours", "allocated_idle_gpu_hours")
+MONEY = ("energy_cost", "hardware_cost", "idle_cost", "total_cost")
+
+
+def backfill_rollups(url: str, w: Window, folder: Path) -> Path:
+    """``promtool tsdb create-blocks-from rules`` over the window (and one bucket past its end, the
+    bucket stamped at the end), buckets ending on the clock's 5 minutes."""
+    out = folder / "rollup-blocks"
+    res = subprocess.run(
+        [
+            require_binary("promtool"),
+            "tsdb",
+            "create-blocks-from",
+            "rules",
+            f"--start={int(w.start)}",
+            f"--end={int(w.end) + BUCKET}",
+            f"--url={url}",
+            f"--eval-interval={BUCKET}s",
+            f"--output-dir={out}",
+            str(RULES),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=folder,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def prom(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """A Prometheus with the raw week and its backfilled rollups (restarted to load the blocks)."""
+    folder = tmp_path_factory.mktemp("rollups")
+    server = prometheus(fleet, folder)
+    try:
+        blocks = backfill_rollups(server.url, iso_week(WEEK), folder)
+    finally:
+        server.stop()
+    moved = 0
+    for block in blocks.iterdir():
+        if block.is_dir():
+            shutil.move(str(block), folder / "data" / block.name)
+            moved += 1
+    assert moved, "promtool wrote no blocks"
+    server = PrometheusServer(folder, retention="10y")
+    yield server
+    server.stop()
+
+
+def week(url: str, rollups: bool) -> WeekData:
+    source = PrometheusSource(PrometheusSettings(url=url), rollups=rollups)
+    try:
+        return source.week(iso_week(WEEK))
+    finally:
+        source.api.close()
+
+
+def deviations(a: Report, b: Report) -> dict[str, tuple[float, tuple[str, str]]]:
+    """The worst deviation of each figure over every row of every grouping: fractions in
+    percentage points' units (0.005 = 0.5 pp); energy relative to the row's energy; hours and money
+    relative to the row's available hours and total cost (a job's idle cost is a small difference of
+    large ones: 1 % of itself is no measure)."""
+    rows_a = {(r.group, r.key): r for r in a.rows} | {("fleet", ""): a.fleet}
+    rows_b = {(r.group, r.key): r for r in b.rows} | {("fleet", ""): b.fleet}
+    assert rows_a.keys() == rows_b.keys()
+    assert {g for g, _ in rows_a} >= {"fleet", "host", "model", "gpu", "user", "job", "unallocated"}
+    worst: dict[str, tuple[float, tuple[str, str]]] = {}
+    for key, ra in rows_a.items():
+        rb = rows_b[key]
+        for f in (*FRACTIONS, *HOURS, *MONEY, "energy_kwh"):
+            x, y = getattr(ra, f), getattr(rb, f)
+            assert (x is None) == (y is None), (key, f)
+            if x is None or x == y:
+                continue
+            scale = 1.0
+            if f in HOURS:
+                scale = rb.available_gpu_hours
+            elif f in MONEY:
+                scale = rb.total_cost
+            elif f == "energy_kwh":
+                scale = y
+            d = abs(x - y) / scale if scale else abs(x - y)
+            if d > worst.get(f, (0.0, key))[0]:
+                worst[f] = (d, key)
+    return worst
+
+
+def assert_same_figures(url: str, fleet: Fleet) -> None:
+    w = iso_week(WEEK)
+    raw, rolled = week(url, rollups=False), week(url, rollups=True)
+    assert raw.problems == () and rolled.problems == ()
+    assert ROLLUP_NOTE in rolled.approximations and ROLLUP_NOTE not in raw.approximations
+    # per GPU, the buckets telescope to the raw differences between their first and last stamps;
+    # those lie at the group's phase (promtool's backfill, like Prometheus, evaluates a group at a
+    # fixed offset inside its interval), so the week is shifted by under one bucket: 0.08 % at most
+    by_uuid = {g.uuid: g for g in raw.gpus}
+    assert by_uuid.keys() == {g.uuid for g in rolled.gpus} == set(fleet.truth.gpu)
+    for g in rolled.gpus:
+        r = by_uuid[g.uuid]
+        assert (g.host, g.model, g.gpu) == (r.host, r.model, r.gpu)
+        for f in ("sampled_s", "busy_s", "sm_active_s", "allocated_s", "allocated_idle_s", "energy_j", "stalled_s"):
+            assert getattr(g, f) == pytest.approx(getattr(r, f), rel=BUCKET / w.seconds), (g.uuid, f)
+        for d, e in zip(g.daily, r.daily, strict=True):  # a day: under one bucket of 288
+            assert d.sampled_s == pytest.approx(e.sampled_s, abs=BUCKET) and d.busy_s == pytest.approx(
+                e.busy_s, abs=BUCKET
+            )
+    assert {(j.uuid, j.job) for j in rolled.jobs} == {(j.uuid, j.job) for j in raw.jobs}
+    cost = CostModel()
+    a, b = build(rolled, cost), build(raw, cost)
+    assert ROLLUP_NOTE in a.approximations and ROLLUP_NOTE not in b.approximations
+    worst = deviations(a, b)
+    print({f: (round(d, 6), k) for f, (d, k) in worst.items()})  # shown with -s
+    for f, (dev, key) in worst.items():
+        assert dev <= (UTILISATION_PP if f in FRACTIONS else REL), (f, dev, key)
+    assert_conserves(a)
+    assert_conserves(b)
+
+
+@pytest.mark.integration
+def test_without_rollups_the_report_reads_raw_series(fleet: Fleet, tmp_path: Path) -> None:
+    server = prometheus(fleet, tmp_path)
+    try:
+        data = week(server.url, rollups=True)
+    finally:
+        server.stop()
+    assert data.problems == () and ROLLUP_NOTE not in data.approximations
+
+
+@pytest.mark.integration
+def test_the_report_from_rollups_equals_the_report_from_raw_series(prom: PrometheusServer, fleet: Fleet) -> None:
+    assert_same_figures(prom.url, fleet)
+
+
+def _rfc3339(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.integration
+def test_vmalert_evaluating_the_same_rules_gives_the_same_report(fleet: Fleet, tmp_path: Path) -> None:
+    """VictoriaMetrics holding the raw week, vmalert replaying the rule file over it (its backfill)
+    and writing the rollups back: the report from them equals the report from the raw series."""
+    om = tmp_path / "fleet.om"
+    synthetic_om.write(fleet, om)
+    server = VictoriaMetricsServer(tmp_path)
+    try:
+        with om.open() as f:  # name{labels} value seconds -> ... milliseconds
+            server.import_lines(
+                f"{series} {value} {float(t) * 1000:.0f}"
+                for series, value, t in (line.rstrip("\n").rsplit(" ", 2) for line in f if line[:1] not in ("#", "\n"))
+            )
+        w = iso_week(WEEK)
+        res = subprocess.run(
+            [
+                require_binary("vmalert"),
+                f"-rule={RULES}",
+                f"-datasource.url={server.url}",
+                f"-remoteWrite.url={server.url}",
+                f"-replay.timeFrom={_rfc3339(w.start)}",
+                f"-replay.timeTo={_rfc3339(w.end + BUCKET)}",
+                "-replay.disableProgressBar",
+                "-replay.rulesDelay=0s",
+                # one query per rule: vmalert writes the step at each chunk's edge twice, and a
+                # VictoriaMetrics without -dedup.minScrapeInterval keeps both
+                "-replay.maxDatapointsPerQuery=10000",
+                f"-httpListenAddr=127.0.0.1:{free_port()}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        code, _, body = http_get(f"{server.url}/internal/force_flush", timeout=60)
+        assert code == 200, body
+        assert_same_figures(server.url, fleet)
+    finally:
+        server.stop()
