@@ -4,7 +4,10 @@ Each GPU runs a week of jobs (diurnal: busier by day), each job one of the captu
 (matmul, device copies, training, or a notebook that holds memory and idles), and one job hangs
 (a rank spinning on one SM: busy, not working, so *stalled*); Slurm jobs wait in
 a queue (with a spike on Wednesday), some fail, some are cancelled while pending, some requeued;
-a benchmark round runs every night. The week lands in an embedded history (for the embedded
+a benchmark round runs every night. With ``mig_hosts`` (``gpuledger demo``) the fleet also has MIG
+nodes: each GPU split into instances (``MIG_LAYOUT``), Slurm jobs on the slices, each holding and
+charged its instance's share (a slice is a share: shared/DESIGN.md); synthetic too, like the rest.
+The week lands in an embedded history (for the embedded
 source), in OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics`` (gpuledger's or
 dcgm-exporter's series names), and in ``Truth``, the exact figures a report must reproduce.
 Used by ``gpuledger demo``, the tests and the benchmarks. Deterministic for a seed.
@@ -80,6 +83,24 @@ class Job:
     restarts: int = 0
 
 
+MIG_LAYOUT = (("3g.71gb", 3), ("2g.35gb", 2), ("1g.18gb", 1))  # an H200's profiles: 6 of its 7 slices
+MIG_SLICES = 7
+MIG_KINDS = ("training", "training", "matmul_bf16", "idle_end")  # a notebook idles on a slice too
+
+
+@dataclass(frozen=True)
+class MigSpan:
+    """A job on one MIG instance: its minutes [first, last), its instance's profile and share of the
+    GPU, and the instance's SM activity while it runs (under MIG busy time is that activity)."""
+
+    key: JobKey
+    first: int
+    last: int
+    profile: str
+    share: float
+    sm: float
+
+
 @dataclass
 class Truth:
     """What the report must say: per GPU seconds and joules, per job, queue and failures."""
@@ -103,6 +124,7 @@ class Fleet:
     bench: list[BenchRecord]
     truth: Truth
     stalled: dict[str, list[float]] = field(default_factory=dict)  # uuid -> stalled busy seconds per minute
+    mig: dict[str, list[MigSpan]] = field(default_factory=dict)  # uuid of a GPU in MIG mode -> its jobs
 
 
 USERS = ("alice", "bob", "carol", "dave", "erin", "frank")
@@ -116,14 +138,17 @@ def generate(
     idle_holders: int = 2,
     minute_step: int = 60,
     anchor: float | None = None,
+    mig_hosts: int = 0,
 ) -> Fleet:
     """``anchor``: build the fleet as if the window began at this epoch, then move every time to
     the window (the diurnal and weekday patterns stay those of the anchor). The same jobs, states
     and rounds then land in the window whatever the hour it starts at: tests anchor at a fixed
-    epoch and shift the data to "now". Shifts by whole ``minute_step``s keep minute rows aligned."""
+    epoch and shift the data to "now". Shifts by whole ``minute_step``s keep minute rows aligned.
+    ``mig_hosts``: that many more hosts (``gpu-mig-01``...) of one GPU in MIG mode each, drawn from a
+    random generator of their own (the other hosts are the same with or without them)."""
     if anchor is not None and anchor != window.start:
         at = Window(anchor, anchor + window.seconds, window.label, window.timezone)
-        built = generate(at, hosts, gpus_per_host, seed, idle_holders, minute_step)
+        built = generate(at, hosts, gpus_per_host, seed, idle_holders, minute_step, mig_hosts=mig_hosts)
         return _shifted(built, window, window.start - anchor, minute_step)
     rng = random.Random(seed)
     sh = shapes()
@@ -216,8 +241,53 @@ def generate(
             )
         )
     fleet = Fleet(window, devices, minutes, jobs, job_minutes, _bench(window, rng), Truth(), stalled)
+    for h in range(mig_hosts):
+        next_id = _mig_host(fleet, h, seed, next_id, minute_step)
     fleet.truth = _truth(fleet, minute_step)
     return fleet
+
+
+def _mig_host(f: Fleet, h: int, seed: int, next_id: int, step: int) -> int:
+    """Add host ``gpu-mig-NN``: one H200 in MIG mode (``MIG_LAYOUT``), Slurm jobs on its instances
+    (partition ``mig``), each instance's jobs one after another. The GPU's minute is what the exporter
+    writes under MIG: busy and SM-active time the instances' SM activity times their shares, energy
+    the idle power plus each running instance's share of its workload's power above idle. Returns the
+    next job id."""
+    rng = random.Random(f"gpuledger-demo-mig-{seed}-{h}")
+    w, sh = f.window, shapes()
+    n_min = int(w.seconds // step)
+    uid = f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f'gpuledger-demo-{seed}-mig-{h}')}"
+    dev = DeviceInfo(0, uid, "NVIDIA H200", "00000000:0A:00.0")
+    spans: list[MigSpan] = []
+    watts = [0.0] * n_min  # the instances' power above idle, by minute
+    for profile, slices in MIG_LAYOUT:
+        share = slices / MIG_SLICES
+        m = rng.randrange(1, 120)
+        while m < n_min:
+            length = rng.randrange(60, 8 * 60)
+            kind = rng.choice(MIG_KINDS)
+            last = min(n_min - 1, m + length)
+            next_id += 1
+            user = rng.choice(USERS)
+            spans.append(MigSpan(JobKey(str(next_id), user), m, last, profile, share, sh[kind].sm))
+            start, end = w.start + m * step, w.start + last * step
+            wait = rng.expovariate(1 / 300)
+            f.jobs.append(Job(str(next_id), user, "mig", uid, kind, start - wait, start, end, states.COMPLETED))
+            for k in range(m, last):
+                watts[k] += share * max(0.0, sh[kind].watts - IDLE_WATTS)
+            m = last + rng.randrange(5, 120)
+    rows = []
+    for k in range(n_min):
+        running = [sp for sp in spans if sp.first <= k < sp.last]
+        busy = sum(sp.share * sp.sm for sp in running) * step
+        held = float(step) if running else 0.0
+        idle = held if running and busy < 0.05 * step else 0.0
+        rows.append((float(step), busy, busy, held, idle, (IDLE_WATTS + watts[k]) * step))
+    f.devices.append((f"gpu-mig-{h + 1:02d}", dev))
+    f.minutes[uid] = rows
+    f.stalled[uid] = [0.0] * n_min
+    f.mig[uid] = spans
+    return next_id
 
 
 def _shifted(f: Fleet, window: Window, offset: float, step: int) -> Fleet:
@@ -226,7 +296,7 @@ def _shifted(f: Fleet, window: Window, offset: float, step: int) -> Fleet:
 
     jobs = [replace(j, submit=j.submit + offset, start=move(j.start), end=j.end + offset) for j in f.jobs]
     bench = [replace(b, finished=b.finished + offset) for b in f.bench]
-    moved = Fleet(window, f.devices, f.minutes, jobs, f.job_minutes, bench, Truth(), f.stalled)
+    moved = Fleet(window, f.devices, f.minutes, jobs, f.job_minutes, bench, Truth(), f.stalled, f.mig)
     moved.truth = _truth(moved, step)
     return moved
 
@@ -241,9 +311,11 @@ def until(f: Fleet, now: float, settled: float, step: int = 60) -> Fleet:
     minutes = {u: rows[:n] for u, rows in f.minutes.items()}
     stalled = {u: rows[:n] for u, rows in f.stalled.items()}
     spans = {u: [(k, a, min(b, n)) for k, a, b in v if a < n] for u, v in f.job_minutes.items()}
+    mig = {u: [replace(sp, last=min(sp.last, n)) for sp in v if sp.first < n] for u, v in f.mig.items()}
     jobs = [j for j in f.jobs if j.end < now or j.submit < settled]
     w = replace(f.window, end=f.window.start + n * step)
-    cut = Fleet(w, f.devices, minutes, jobs, spans, [b for b in f.bench if b.finished < now], Truth(), stalled)
+    bench = [b for b in f.bench if b.finished < now]
+    cut = Fleet(w, f.devices, minutes, jobs, spans, bench, Truth(), stalled, mig)
     cut.truth = _truth(cut, step)
     return cut
 
@@ -315,6 +387,10 @@ def _truth(f: Fleet, step: int) -> Truth:
             rows_j = rows[first:last]
             t.job[(uuid, key)] = (step * (last - first), sum(r[1] for r in rows_j), sum(r[5] for r in rows_j))
             t.job_stalled[(uuid, key)] = sum(stalls[first:last])
+        for sp in f.mig.get(uuid, []):  # on a slice: held the whole time, busy and energy its share
+            rows_j = rows[sp.first : sp.last]
+            busy = sp.share * sp.sm * step * (sp.last - sp.first)
+            t.job[(uuid, sp.key)] = (step * (sp.last - sp.first), busy, sp.share * sum(r[5] for r in rows_j))
     w = f.window
     for j in f.jobs:
         if j.start is not None and w.start <= j.start < w.end:
@@ -350,6 +426,7 @@ def write_history(f: Fleet, path: str | Path, step: int = 60) -> None:
                             "allocated_seconds": a,
                             "allocated_idle_seconds": i,
                             "stalled_seconds": f.stalled[d.uuid][k],  # measured (GPM), mostly 0
+                            "mig_sampled_seconds": s if d.uuid in f.mig else None,
                         }
                         rows.append(MinuteRow(int(w.start + k * step), d, values))
                 history.insert_minutes(db, rows, host)
@@ -361,6 +438,13 @@ def write_history(f: Fleet, path: str | Path, step: int = 60) -> None:
                     for k in range(first, last):
                         s, b, _, _, _, e = rows_u[k]  # alone on its GPU: charged every second it held
                         jm.append(JobMinuteRow(int(w.start + k * step), uuid, key, s, b, e, s, stalls[k]))
+            for uuid, mig_spans in f.mig.items():  # a job on a slice holds, and is charged, its share
+                rows_u = f.minutes[uuid]
+                for sp in mig_spans:
+                    for k in range(sp.first, sp.last):
+                        s, e = rows_u[k][0], rows_u[k][5]
+                        b = sp.share * sp.sm * s
+                        jm.append(JobMinuteRow(int(w.start + k * step), uuid, sp.key, s, b, sp.share * e, sp.share * s))
             history.insert_job_minutes(db, jm)
             history.insert_jobs(
                 db,

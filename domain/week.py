@@ -86,7 +86,8 @@ class GpuWeek:
     stalled_s: float | None = None  # busy seconds that were stalled (not useful); None: not measured
     cluster: str = ""  # the cluster the GPU reports from (prometheus.cluster_label); "" where not known
     # what its busy time counts: "" utilisation (NVML utilization.gpu, DCGM_FI_DEV_GPU_UTIL);
-    # "gr_engine_active" (a MIG GPU's instances' DCGM_FI_PROF_GR_ENGINE_ACTIVE); "mixed" (both in the window)
+    # "gr_engine_active" (a MIG GPU's instances' DCGM_FI_PROF_GR_ENGINE_ACTIVE); "mig_sm_active" (a MIG GPU's
+    # instances' SM activity times their shares, gpuledger's exporter); "mixed" (more than one in the window)
     busy_measure: str = ""
 
 

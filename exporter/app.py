@@ -19,6 +19,7 @@ from exporter.benchmarks.state import BenchState
 from exporter.config import Settings, default_history_path
 from exporter.history import HistoryError, HistoryWriter
 from exporter.readers import Reader, ReaderError, ReaderUnavailable
+from exporter.readers.mig_profiles import parse_layout
 from exporter.readers.nvml import NvmlReader
 from exporter.readers.replay import ReplayReader
 from exporter.sampling import slowlane, stalls
@@ -58,7 +59,8 @@ def build_reader(s: Settings) -> Reader:
 
 def _replay(s: Settings, path: str | None) -> ReplayReader:
     r = s.replay
-    return ReplayReader(path, gpus=r.gpus, speed=r.speed, loop=r.loop, stagger=r.stagger)
+    mig = parse_layout(r.mig) if r.mig else ()
+    return ReplayReader(path, gpus=r.gpus, speed=r.speed, loop=r.loop, stagger=r.stagger, mig=mig)
 
 
 class Exporter:

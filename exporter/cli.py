@@ -27,6 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", metavar="PATH", help="SQLite history file")
     p.add_argument("--no-history", action="store_true", help="do not write the embedded history")
     p.add_argument("--replay-gpus", metavar="N", help="replay: present the capture as N GPUs")
+    p.add_argument(
+        "--replay-mig",
+        metavar="LAYOUT",
+        help="replay: present each GPU in MIG mode, synthetic (all-1g.10gb, or profiles 3g.40gb,2g.20gb,2g.20gb)",
+    )
     p.add_argument("--replay-speed", metavar="X", help="replay: capture seconds per wall second")
     p.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (HTTPS)")
     p.add_argument("--tls-key", metavar="FILE", help="PEM private key (HTTPS)")
@@ -48,6 +53,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "hostname": ("exporter", "hostname"),
     "history": ("history", "path"),
     "replay_gpus": ("replay", "gpus"),
+    "replay_mig": ("replay", "mig"),
     "replay_speed": ("replay", "speed"),
     "tls_cert": ("web", "tls_cert_file"),
     "tls_key": ("web", "tls_key_file"),

@@ -19,6 +19,7 @@ from pydantic_settings import SettingsConfigDict
 from daemonkit import crontab
 from daemonkit.auth import check_password_hash
 from daemonkit.settings import LayeredSettings, check_timezone, load_settings, split_listen
+from exporter.readers.mig_profiles import parse_layout
 
 DEFAULT_PORT = 10044
 """Prometheus' default-port list has no free number left in 9100-9999; 10044 is outside that
@@ -250,6 +251,23 @@ class ReplaySettings(_Section):
     speed: float = Field(1.0, gt=0, le=1000, description="capture seconds per wall second")
     loop: bool = Field(True, description="start over at the end of the capture")
     stagger: bool = Field(True, description="spread the GPUs over the capture's phases")
+    mig: str | None = Field(
+        None,
+        description="synthetic MIG: present every replayed GPU in MIG mode with this layout, as mig-parted names "
+        "it (all-1g.10gb, all-3g.40gb, ... or one GPU's profiles, 3g.40gb,2g.20gb,2g.20gb; an H100 80GB's or an "
+        "H200 141GB's); the capture holds no MIG instance, each instance replays it at its own position",
+    )
+
+    @field_validator("mig")
+    @classmethod
+    def _mig(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        try:
+            parse_layout(v)
+        except ValueError as e:
+            raise ValueError(f"--replay-mig: {e}") from None
+        return v.strip()
 
 
 class BenchSettings(_Section):

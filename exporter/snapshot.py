@@ -75,6 +75,9 @@ class GpuCounters:
     allocated_seconds: float = 0.0
     allocated_idle_seconds: float = 0.0
     stalled_seconds: float | None = None  # busy time that was stalled (exporter.sampling.stalls); needs GPM
+    # covered time while the GPU was in MIG mode (its busy time then is its instances' SM activity,
+    # exporter.sampling.mig); None until the GPU is first seen in MIG mode
+    mig_sampled_seconds: float | None = None
     clock_event_seconds: dict[str, float] = field(default_factory=dict)
     xid_errors: dict[int, int] = field(default_factory=dict)
     facts: dict[str, FactValue] = field(default_factory=dict)
@@ -103,7 +106,10 @@ COUNTER_COLUMNS: tuple[str, ...] = (
 )
 """The ``GpuCounters`` fields the history stores, named as their columns (schema v1 and v4)."""
 
-ROLLUP_FIELDS: tuple[str, ...] = COUNTER_COLUMNS + tuple(str(f.history) for f in facts.HISTORY)
+MIG_COLUMNS: tuple[str, ...] = ("mig_sampled_seconds",)
+"""The ``GpuCounters`` fields the history stores after the fact table's columns (schema v7)."""
+
+ROLLUP_FIELDS: tuple[str, ...] = COUNTER_COLUMNS + tuple(str(f.history) for f in facts.HISTORY) + MIG_COLUMNS
 """The history's ``gpu_minutes`` columns after uuid and minute, in order: listed, never reflected
 from a dataclass; each column a migration added (``exporter/history/schema.py``)."""
 
@@ -126,12 +132,17 @@ class MinuteRow:
 def minute_row(minute: int, info: DeviceInfo, now: GpuCounters, base: GpuCounters) -> MinuteRow:
     values: dict[str, float | None] = {}
     for name in COUNTER_COLUMNS:
-        a, b = getattr(now, name), getattr(base, name)
-        values[name] = None if a is None else a - (b or 0.0)
+        values[name] = _increase(getattr(now, name), getattr(base, name))
     for f in facts.HISTORY:  # a per-link counter's column holds the sum over the links
         v = now.facts.get(f.name)
         values[str(f.history)] = None if v is None else _total(v) - _total(base.facts.get(f.name))
+    for name in MIG_COLUMNS:
+        values[name] = _increase(getattr(now, name), getattr(base, name))
     return MinuteRow(minute=minute, info=info, values=values)
+
+
+def _increase(a: float | None, b: float | None) -> float | None:
+    return None if a is None else a - (b or 0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,9 @@
 
 1. Generates a fleet (default 2 hosts x 8 H200) from the shapes in the bundled real H200 capture:
    the two weeks before this one and this week so far, with diurnal load, GPUs held idle, a
-   Wednesday queue spike, failed and requeued jobs and nightly benchmarks (``analytics.synthetic``).
+   Wednesday queue spike, failed and requeued jobs and nightly benchmarks (``analytics.synthetic``),
+   plus one MIG node (``gpu-mig-01``: an H200 split into 3g, 2g and 1g instances, one slice in none)
+   whose Slurm jobs on the slices are each charged their instance's share.
    It is generated over the three whole ISO weeks and cut at now (``fleet_at``), so a seed gives the
    same weeks at any hour of this week: last week's figures do not depend on the time of day.
 2. Writes it as an embedded history and reports last week from it (HTML, JSON, CSV, Markdown).
@@ -57,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="a config file, for [cost] above all")
 
 
+MIG_HOSTS = 1  # the demo's MIG nodes (synthetic: generated, like the rest of the fleet)
+
+
 def fleet_at(now: float, timezone: str, hosts: int, gpus_per_host: int, seed: int) -> tuple[Fleet, Window]:
     """The demo's fleet as recorded by ``now``, and the week it reports (the last whole one).
 
@@ -68,7 +73,8 @@ def fleet_at(now: float, timezone: str, hosts: int, gpus_per_host: int, seed: in
     this = iso_week(iso_week_label(now, timezone), timezone)
     last = last_full_week(now, timezone)
     first = last_full_week(last.start, timezone)
-    whole = synthetic.generate(Window(first.start, this.end, "demo", timezone), hosts, gpus_per_host, seed=seed)
+    window = Window(first.start, this.end, "demo", timezone)
+    whole = synthetic.generate(window, hosts, gpus_per_host, seed=seed, mig_hosts=MIG_HOSTS)
     return synthetic.until(whole, now, this.start), last
 
 
@@ -188,7 +194,8 @@ def _demo(args: argparse.Namespace, folder: Path) -> int:
     a.start(catch_up=False)
     _step(
         f"live {'until Ctrl-C' if args.duration is None else f'for {args.duration:g} s'}:\n"
-        f"  analytics {a.url}/  the generated fleet ({len(fleet.devices)} GPUs on {args.hosts} hosts, "
+        f"  analytics {a.url}/  the generated fleet ({len(fleet.devices)} GPUs on {args.hosts} hosts and "
+        f"{MIG_HOSTS} MIG node, "
         f"{days:.1f} days up to now), report {a.url}/reports/gpuledger-{r.week}.html\n"
         f"  exporter  {exporter.url}/metrics  {live_host}'s {len(live)} GPUs (same UUIDs), live readings "
         "replayed from the bundled H200 capture, not written to the history",

@@ -4,7 +4,7 @@ spreading a job over more GPUs pay on this hardware, today, and did the intercon
 from __future__ import annotations
 
 from grafana.layout import Dashboard, gpu_vars, query_var
-from grafana.model import EFFICIENCY, NEUTRAL, PROBLEM, Q, steps
+from grafana.model import EFFICIENCY, NEUTRAL, PROBLEM, UTILISATION, Q, steps
 from grafana.panels import Col, barchart, bargauge, stat, table, timeseries
 from grafana.promql import JOB, RANGE, increase, per_node, sel
 
@@ -12,6 +12,7 @@ AR = 'job=~"$job", backend=~"$backend"'
 TRAIN = 'job=~"$job", model=~"$bench_model"'
 NO_OVERLAP, FULL_OVERLAP = 'overlap="none"', 'overlap="full"'
 SKIPPED = 'result="skipped_busy"'
+TX = 'direction="tx"'
 TIMES = "suffix:×"
 SAMPLES = "suffix: samples/s"
 
@@ -94,6 +95,32 @@ def _allreduce(d: Dashboard) -> None:
             background=True,
         ),
         8,
+        5,
+    )
+    d.add(
+        stat(
+            "Bus bandwidth / NVLink line rate",
+            "busbw at the largest size over the slowest GPU's NVLink line rate (its active links' speeds summed, "
+            "per direction, as busbw is): how much of the links the all-reduce uses. No data: no NVLink, or NVML "
+            "tells no link speed.",
+            [Q(_ar("busbw_line_rate_ratio"), "{{hostname}} {{backend}} ×{{world_size}}")],
+            "percentunit",
+            thresholds=UTILISATION,
+            graph=True,
+        ),
+        12,
+        5,
+    )
+    d.add(
+        stat(
+            "NVLink bytes in the latest sweep",
+            "NVLink data bytes sent during the latest all-reduce sweep, all GPUs and links (the links' counters "
+            "read at the sweep's begin and at its result). No data: no NVLink.",
+            [Q(per_node(sel("gpuledger_bench_allreduce_nvlink_bytes", AR, TX)), "{{hostname}} ×{{world_size}}")],
+            "bytes",
+            graph=True,
+        ),
+        12,
         5,
     )
     d.add(

@@ -11,6 +11,13 @@ from grafana.model import PROBLEM, Q, mapping, steps
 from grafana.panels import bargauge, state_timeline, timeseries
 from grafana.promql import RANGE, RATE, increase, per_gpu, rate, sel
 
+NVLINK_BYTES = "gpuledger_gpu_nvlink_bytes_total"
+ACTIVE_SPEED = (
+    f"{sel('gpuledger_gpu_nvlink_speed_bytes_per_second')} and on (instance, gpu, uuid, link) "
+    f"{sel('gpuledger_gpu_nvlink_state')} == 1"
+)
+"""Each active link's speed (per direction)."""
+
 
 def add_links(d: Dashboard) -> None:
     d.row("Links (PCIe, NVLink) and throttle time")
@@ -34,8 +41,13 @@ def add_links(d: Dashboard) -> None:
         timeseries(
             "NVLink traffic",
             "Data bytes per second over all NVLink links by direction "
-            "(gpuledger_gpu_nvlink_bytes_total, protocol overhead excluded). No data: the GPU has no NVLink.",
-            [Q(f"sum by (gpu, direction) ({per_gpu(rate('gpuledger_gpu_nvlink_bytes_total'))})", G + " {{direction}}")],
+            "(gpuledger_gpu_nvlink_bytes_total, protocol overhead excluded), and the line rate per direction: "
+            "the sum of the active links' speeds (gpuledger_gpu_nvlink_speed_bytes_per_second). No data: the GPU "
+            "has no NVLink.",
+            [
+                Q(f"sum by (gpu, direction) ({per_gpu(rate(NVLINK_BYTES))})", G + " {{direction}}"),
+                Q(f"sum by (gpu) ({per_gpu(ACTIVE_SPEED)})", G + " line rate"),
+            ],
             "Bps",
         ),
         8,

@@ -78,3 +78,23 @@ def add_mig(d: Dashboard) -> None:
         ),
         12,
     )
+    d.add(
+        timeseries(
+            "Time in MIG mode",
+            "Share of the GPU's sampled time it spent in MIG mode (gpuledger_gpu_mig_sampled_seconds_total over "
+            "gpuledger_gpu_sampled_seconds_total): in that time its busy seconds are its instances' SM activity "
+            "times their shares, not NVML's utilisation.",
+            [
+                Q(
+                    per_gpu(
+                        f"{rate('gpuledger_gpu_mig_sampled_seconds_total')} / "
+                        f"{rate('gpuledger_gpu_sampled_seconds_total')}"
+                    ),
+                    G + " in MIG mode",
+                )
+            ],
+            "percentunit",
+            max_=1,
+        ),
+        12,
+    )

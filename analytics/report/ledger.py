@@ -126,7 +126,8 @@ UTILISATION, MIXED_BUSY = "utilization", "mixed"
 
 def busy_measure(measures: set[str]) -> str:
     """A row's busy measure from its parts': ``utilization`` (NVML's or DCGM's utilisation, "" in a
-    part), ``gr_engine_active`` (MIG GPUs' instances), or ``mixed``."""
+    part), ``gr_engine_active`` (MIG GPUs' instances, dcgm-exporter's), ``mig_sm_active`` (MIG GPUs'
+    instances' SM activity, gpuledger's exporter), or ``mixed``."""
     named = {m or UTILISATION for m in measures} or {UTILISATION}
     return named.pop() if len(named) == 1 else MIXED_BUSY
 

@@ -52,7 +52,8 @@ class CostRow:
     useful_measure: str = ""
     useful_sm_share: float | None = None  # share of its sampled GPU-hours counted by SM activity (the rest: busy)
     # what its busy hours count: utilization (NVML's utilization.gpu, DCGM_FI_DEV_GPU_UTIL), gr_engine_active
-    # (MIG GPUs: their instances' DCGM_FI_PROF_GR_ENGINE_ACTIVE, by slices), mixed; "" in reports from before it
+    # (MIG GPUs: their instances' DCGM_FI_PROF_GR_ENGINE_ACTIVE, by slices), mig_sm_active (MIG GPUs under
+    # gpuledger's exporter: their instances' SM activity, by slices), mixed; "" in reports from before it
     busy_measure: str = ""
 
 

@@ -228,11 +228,17 @@ PRICES: Columns[PriceRow] = [
 ]
 
 
-BUSY_FROM = {"utilization": "utilisation", "gr_engine_active": "GR engine (MIG)", "mixed": "mixed"}
+BUSY_FROM = {
+    "utilization": "utilisation",
+    "gr_engine_active": "GR engine (MIG)",
+    "mig_sm_active": "instances' SM activity (MIG)",
+    "mixed": "mixed",
+}
 
 
 def _busy_from(row: CostRow) -> str:
-    """What a GPU row's busy hours count: utilisation, or (a MIG GPU) its instances' GR engine activity."""
+    """What a GPU row's busy hours count: utilisation, or (a MIG GPU) its instances' GR engine activity
+    (dcgm-exporter's) or SM activity (gpuledger's exporter)."""
     return BUSY_FROM.get(row.busy_measure, row.busy_measure) or DASH
 
 

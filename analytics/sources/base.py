@@ -171,6 +171,20 @@ class Source(Protocol):
         ...
 
 
+MIG_SM_ACTIVE = "mig_sm_active"
+"""``GpuWeek.busy_measure`` of a GPU gpuledger's exporter sampled in MIG mode (its busy time is its
+instances' SM activity times their shares, ``exporter.sampling.mig``)."""
+
+
+def mig_busy_measure(sampled: float, in_mig: float) -> str:
+    """A GPU's busy measure from its sampled seconds and those in MIG mode (the exporter's
+    ``mig_sampled_seconds``): "" NVML's utilisation; ``mig_sm_active`` when every sampled second was
+    in MIG mode; ``mixed`` when some were."""
+    if in_mig <= 0:
+        return ""
+    return MIG_SM_ACTIVE if in_mig >= sampled - 1e-6 * max(sampled, 1.0) else "mixed"
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """Linear-interpolated percentile (q in 0..1) of exact values; None when empty."""
     if not values:

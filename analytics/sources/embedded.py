@@ -26,6 +26,7 @@ from analytics.sources.base import (
     SchedulerJob,
     SourceUnavailable,
     Span,
+    mig_busy_measure,
     percentile,
 )
 from analytics.sources.enrich import Enriched
@@ -166,6 +167,7 @@ class EmbeddedSource(Enriched):
                     energy_by_hour=tuple(energy) if has_energy else None,
                     daily=_daily(w, a["sampled_seconds"], a["busy_seconds"], energy if has_energy else None),
                     stalled_s=sum(a["stalled_seconds"]) if "stalled_seconds" in measured[uuid] else None,
+                    busy_measure=mig_busy_measure(sum(a["sampled_seconds"]), sum(a["mig_sampled_seconds"])),
                 )
             )
         return out

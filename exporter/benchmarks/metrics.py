@@ -41,6 +41,23 @@ def _sweep(fn: Callable[[AllreduceResult], float]) -> Callable[[BenchSnapshot], 
     return get
 
 
+def _links(b: BenchSnapshot) -> Value:
+    ar = b.allreduce
+    if ar is None or ar.links is None:
+        return None
+    world = (ar.backend, str(ar.world_size))
+    return {(*world, "tx"): ar.links.tx_bytes, (*world, "rx"): ar.links.rx_bytes}
+
+
+def _line_rate(fn: Callable[[AllreduceResult], float | None]) -> Callable[[BenchSnapshot], Value]:
+    def get(b: BenchSnapshot) -> Value:
+        ar = b.allreduce
+        v = fn(ar) if ar is not None else None
+        return None if ar is None or v is None else {(ar.backend, str(ar.world_size)): v}
+
+    return get
+
+
 def _train(fn: Callable[[TrainRow], float | None]) -> Callable[[BenchSnapshot], Value]:
     def get(b: BenchSnapshot) -> Value:
         t = b.train
@@ -101,6 +118,19 @@ FEATURE: Feature[BenchSnapshot] = Feature("bench", BenchSnapshot, (
     _row("gpuledger_bench_allreduce_wrong_elements", "gauge", "",
          "Elements that differed from the expected sum in the latest sweep (0 when correct).", "all-reduce sweep",
          _sweep(lambda a: a.wrong), _SWEEP),
+    _row("gpuledger_bench_allreduce_nvlink_bytes", "gauge", "bytes",
+         "NVLink data bytes sent (tx) and received (rx) during the latest all-reduce sweep, summed over the node's "
+         "GPUs and links: the increase of gpuledger_gpu_nvlink_bytes_total's counters (NVML field values) read at "
+         "the sweep's begin and at its result; absent without NVLink.", "all-reduce sweep, NVLink counters",
+         _links, (*_SWEEP, "direction")),
+    _row("gpuledger_bench_allreduce_nvlink_line_rate_bytes_per_second", "gauge", "bytes_per_second",
+         "NVLink line rate per direction of the slowest GPU in the latest all-reduce sweep: the sum of its active "
+         "links' speeds (gpuledger_gpu_nvlink_speed_bytes_per_second); absent where NVML tells no link speed.",
+         "all-reduce sweep, NVLink speeds", _line_rate(lambda a: a.links.line_rate if a.links else None), _SWEEP),
+    _row("gpuledger_bench_allreduce_busbw_line_rate_ratio", "gauge", "ratio",
+         "All-reduce bus bandwidth at the largest size swept over the NVLink line rate (both per GPU and "
+         "direction); absent where the line rate is not known.", "all-reduce sweep, NVLink speeds",
+         _line_rate(lambda a: a.line_rate_ratio), _SWEEP),
     _row("gpuledger_bench_train_step_seconds", "gauge", "seconds", "Median training step time (DDP) per world size.",
          "train benchmark", _train(lambda r: r.step_seconds), _TRAIN),
     _row("gpuledger_bench_train_throughput_samples_per_second", "gauge", "", "Training samples per second, all ranks.",

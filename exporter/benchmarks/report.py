@@ -55,6 +55,16 @@ def allreduce_table(r: AllreduceResult) -> str:
         lines.append(
             f"# Bus bandwidth at the largest size ({r.rows[-1].size_bytes} B): {r.busbw_largest / scale:.3f} {unit}"
         )
+    if r.links is not None:
+        lines.append(
+            f"# NVLink during the sweep: {r.links.tx_bytes / 1e9:.3f} GB sent, "
+            f"{r.links.rx_bytes / 1e9:.3f} GB received ({r.links.gpus} GPUs, all links)"
+        )
+    if r.links is not None and r.links.line_rate is not None:
+        lines.append(
+            f"# NVLink line rate     : {r.links.line_rate / scale:.3f} {unit} per GPU and direction; "
+            f"busbw at the largest size / line rate: {_pct(r.line_rate_ratio)}"
+        )
     return "\n".join(lines)
 
 

@@ -66,6 +66,20 @@ def allreduce_row(size_bytes: int, count: int, time_seconds: float, iters: int, 
 
 
 @dataclass(frozen=True)
+class AllreduceLinks:
+    """What the node's NVLink links did during a sweep (measured by the daemon, not the ranks:
+    ``exporter.benchmarks.links``): the links' data byte counters read at the sweep's begin and at
+    its result, summed over GPUs and links, and the GPUs' line rate where NVML tells it."""
+
+    __pydantic_config__ = STRICT
+
+    tx_bytes: float  # sent, all GPUs and links
+    rx_bytes: float  # received
+    gpus: int  # GPUs whose links were counted
+    line_rate: float | None = None  # bytes/s per direction: the slowest GPU's active links summed; None: unknown
+
+
+@dataclass(frozen=True)
 class AllreduceResult:
     __pydantic_config__ = STRICT
 
@@ -73,6 +87,14 @@ class AllreduceResult:
     world_size: int
     dtype: str
     rows: tuple[AllreduceRow, ...]
+    links: AllreduceLinks | None = None  # None: no NVLink counted (none on the node, or not measured)
+
+    @property
+    def line_rate_ratio(self) -> float | None:
+        """Bus bandwidth at the largest size over the NVLink line rate (nccl-tests' busbw is per GPU
+        and direction, as a link's speed is); None where the line rate is not known."""
+        rate = self.links.line_rate if self.links is not None else None
+        return self.busbw_largest / rate if rate and self.rows else None
 
     @property
     def wrong(self) -> int:

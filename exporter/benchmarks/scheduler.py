@@ -14,10 +14,12 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from daemonkit.crontab import cron_trigger
+from exporter.benchmarks.links import RoundLinks
 from exporter.benchmarks.plan import Plan, default_plan
 from exporter.benchmarks.records import BenchRecord
 from exporter.benchmarks.runner import BenchRunner, Event, Outcome
 from exporter.benchmarks.state import BenchState
+from exporter.facts import nvlink
 from exporter.readers import source_name
 
 if TYPE_CHECKING:
@@ -121,7 +123,9 @@ class BenchScheduler:
             plan.backend,
             self.settings.timeout,
         )
-        outcome = self.runner.run(plan, self.settings.timeout, self._event)
+        links = RoundLinks(lambda: self.sampler.read_facts(nvlink.ROUND))  # NVLink bytes of the all-reduce
+        outcome = self.runner.run(plan, self.settings.timeout, links.watching(self._event))
+        links.attach(outcome.result)
         self._store(self.state.record(outcome))
         summary = ", ".join(f"{b} {s}" for b, s in outcome.status.items())
         level = logging.INFO if outcome.ok else logging.ERROR

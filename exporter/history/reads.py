@@ -82,11 +82,15 @@ def job_totals(db: sqlite3.Connection, start: int, end: int) -> list[JobTotals]:
     SM-active and allocated-idle seconds are the GPU's in the job's minutes, times the job's share
     of the GPU's sampled seconds there (its charged seconds, or its held ones in minutes written
     before schema 4); charged and stalled seconds are the job's own (charged: the held seconds in
-    those older minutes; None where no minute has it)."""
+    those older minutes; None where no minute has it). In a minute the GPU was in MIG mode
+    (``mig_sampled_seconds``) a job's SM-active seconds are its own busy ones: its instance's SM
+    activity times its share (``exporter.sampling.mig``), not the GPU's spread over its jobs (a GPU
+    changes MIG mode only with no process on it, so no job's minute is in both modes)."""
     rows = db.execute(
         "SELECT j.uuid, j.job_id, j.user, j.pod, j.namespace, j.container, sum(j.sampled_seconds), "
         "sum(j.busy_seconds), sum(j.energy_joules), "
-        "sum(g.sm_active_seconds * coalesce(j.charged_seconds, j.sampled_seconds) / g.sampled_seconds), "
+        "sum(CASE WHEN g.mig_sampled_seconds > 0 THEN j.busy_seconds "
+        "ELSE g.sm_active_seconds * coalesce(j.charged_seconds, j.sampled_seconds) / g.sampled_seconds END), "
         "sum(g.allocated_idle_seconds * coalesce(j.charged_seconds, j.sampled_seconds) / g.sampled_seconds), "
         "CASE WHEN count(j.charged_seconds) THEN sum(coalesce(j.charged_seconds, j.sampled_seconds)) END, "
         "sum(j.stalled_seconds) "

@@ -26,7 +26,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -130,6 +130,11 @@ dram_active_seconds REAL, energy_joules REAL, allocated_seconds REAL, allocated_
         "ALTER TABLE gpu_minutes ADD COLUMN board_limit_violation_seconds REAL",
         "ALTER TABLE gpu_minutes ADD COLUMN low_utilization_violation_seconds REAL",
         "ALTER TABLE gpu_minutes ADD COLUMN reliability_violation_seconds REAL",
+    ),
+    7: (
+        # the seconds of each minute sampled while the GPU was in MIG mode (its busy time then is its
+        # instances' SM activity, not NVML's utilisation); NULL: not in MIG mode, or an older writer
+        "ALTER TABLE gpu_minutes ADD COLUMN mig_sampled_seconds REAL",
     ),
 }
 

@@ -39,6 +39,7 @@ from exporter.readers.base import (
     XidEvent,
     fatal,
 )
+from exporter.readers.mig_profiles import H100_MIG, MEMORY_SLICES, SLICES, SMS
 from exporter.readers.probes import Const, FactValue, Grows, Probe
 
 H200_LATENCIES: dict[str, float] = {
@@ -66,18 +67,9 @@ H200_LATENCIES: dict[str, float] = {
 
 SAMPLE_PERIOD_US = 200_000  # the H200 buffer holds about five samples a second
 
-H100_MIG: dict[str, tuple[int, int, int, int]] = {
-    # The H100 80GB's GPU instance profiles (NVIDIA's MIG user guide): compute slices, SMs, memory MB
-    # (as NVML's memorySizeMB, rounded so that readers.mig_profile() gives the name back), memory
-    # slices of the GPU's 8. The whole GPU: 7 compute slices, 132 SMs.
-    "1g.10gb": (1, 16, 9856, 1),
-    "1g.20gb": (1, 16, 19968, 2),
-    "2g.20gb": (2, 32, 19968, 2),
-    "3g.40gb": (3, 60, 40192, 4),
-    "4g.40gb": (4, 64, 40192, 4),
-    "7g.80gb": (7, 132, 81408, 8),
-}
-H100_SLICES, H100_SMS, H100_MEMORY_SLICES = 7, 132, 8
+# The H100 80GB's GPU instance profiles (NVIDIA's MIG user guide; ``mig_profiles.H100_MIG``): compute
+# slices, SMs, memory MB, memory slices of the GPU's 8. The whole GPU: 7 compute slices, 132 SMs.
+H100_SLICES, H100_SMS, H100_MEMORY_SLICES = SLICES, SMS, MEMORY_SLICES
 MIG_UNSUPPORTED = frozenset({"utilization", "utilization_samples", "process_utilization"})
 """Calls NVML answers NotSupported on a GPU in MIG mode."""
 

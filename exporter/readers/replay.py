@@ -5,6 +5,13 @@ second. GPU ``i`` sits at capture position ``now + offset_i`` (offsets spread th
 the capture when ``stagger`` is on, so a demo fleet is not eight copies of one phase). With
 ``loop`` the capture repeats and the energy counter keeps climbing; without it the last
 record holds once the capture is over.
+
+``mig`` (``--replay-mig``, synthetic: the capture holds no MIG instance) presents every GPU in MIG
+mode with that layout (``mig_profiles.parse_layout``). Each instance plays the capture at its own
+position (spread over the capture like the GPUs), so the instances' activity differs: its GPM
+activity, processes and memory (the capture's times the instance's share of the memory) are the
+capture's there. As NVML does under MIG, the GPU's utilisation, its samples and per-process
+utilisation are NotSupported, and so is the parent's own GPM: busy time comes from the instances.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from exporter.readers import capture as cap
+from exporter.readers import mig_profiles
 from exporter.readers.base import (
     Clocks,
     DeviceInfo,
@@ -24,6 +32,7 @@ from exporter.readers.base import (
     EccErrors,
     GpmActivity,
     Memory,
+    MigInstance,
     MigLayout,
     NotSupported,
     PcieThroughput,
@@ -54,9 +63,11 @@ class ReplayReader:
         stagger: bool = True,
         clock: Callable[[], float] = time.monotonic,
         devices: Sequence[DeviceInfo] = (),
+        mig: Sequence[str] = (),
     ) -> None:
         """``devices``: present these identities (index 0.., UUID, model, PCI id; ``gpus`` is then
-        their count) instead of ones derived from the capture: a demo's live GPUs are its fleet's."""
+        their count) instead of ones derived from the capture: a demo's live GPUs are its fleet's.
+        ``mig``: every GPU in MIG mode with instances of these profiles (``mig_profiles``); () off."""
         gpus = len(devices) or gpus
         if any(d.index != i for i, d in enumerate(devices)):
             raise ValueError("devices must be indexed 0, 1, ... in order")
@@ -73,8 +84,11 @@ class ReplayReader:
         self._start = clock()
         d = self.capture.duration
         self._offsets = [(i * d / gpus) if stagger else 0.0 for i in range(gpus)]
-        self._gpm_last: dict[int, float] = {}
+        self._gpm_last: dict[int | tuple[int, int], float] = {}
         self._devices = list(devices) or [self._identity(i, gpus) for i in range(gpus)]
+        for p in mig:
+            mig_profiles.profile(p)  # KeyError for an unknown profile: parse_layout() checks first
+        self._mig = tuple(mig)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -103,11 +117,12 @@ class ReplayReader:
     # --- readings -----------------------------------------------------------------------
 
     def utilization(self, index: int) -> Utilization:
+        self._not_in_mig(index, "utilization")
         r = self._record(index, "utilization")
         return Utilization(gpu=r.util_gpu, memory=r.util_memory)
 
     def utilization_samples(self, index: int, since_us: int) -> list[UtilSample]:
-        self._dev(index, "utilization_samples")
+        self._not_in_mig(index, "utilization_samples")
         now = self.now()
         lo = max(since_us / 1e6, 0.0)
         if lo >= now:
@@ -163,19 +178,24 @@ class ReplayReader:
         return [Process(pid=pid + index, used_memory_bytes=used) for pid, used in r.processes]
 
     def process_utilization(self, index: int) -> list[ProcessUtil]:
+        self._not_in_mig(index, "process_utilization")
         r = self._record(index, "process_utilization")
         return [ProcessUtil(pid=pid + index, sm=sm, memory=mem) for pid, sm, mem in r.process_util]
 
     def gpm(self, index: int) -> GpmActivity | None:
-        self._dev(index, "gpm")
+        self._not_in_mig(index, "gpm")
+        return self._gpm(index, index, self._offsets[index], "gpm")
+
+    def _gpm(self, index: int, key: int | tuple[int, int], off: float, call: str) -> GpmActivity | None:
+        """The capture's GPM activity at offset ``off`` since ``key``'s last read (None the first time)."""
+        self._dev(index, call)
         if all(r.gpm is None for r in self.capture.records):
-            raise NotSupported("capture has no GPM data", call="gpm", gpu=index)
+            raise NotSupported("capture has no GPM data", call=call, gpu=index)
         now = self.now()
-        last = self._gpm_last.get(index)
-        self._gpm_last[index] = now
+        last = self._gpm_last.get(key)
+        self._gpm_last[key] = now
         if last is None or now <= last:
             return None
-        off = self._offsets[index]
         means = [self._interval_mean(last + off, now + off, f) for f in ("sm", "tensor", "dram", "sm_occupancy")]
         if any(m is None for m in means):
             return None
@@ -198,7 +218,33 @@ class ReplayReader:
         raise NotSupported("captures hold no XID events", call="wait_xid")
 
     def mig_instances(self, index: int) -> MigLayout | None:
-        raise NotSupported("captures hold no MIG instances", call="mig_instances", gpu=index)
+        if not self._mig:
+            raise NotSupported("captures hold no MIG instances", call="mig_instances", gpu=index)
+        dev = self._dev(index, "mig_instances")
+        return MigLayout(
+            mig_profiles.SLICES, mig_profiles.SMS, tuple(self._instance(index, dev, k) for k in range(len(self._mig)))
+        )
+
+    def _instance(self, index: int, dev: DeviceInfo, k: int) -> MigInstance:
+        """Instance ``k`` of GPU ``index``: the capture at its own position (synthetic)."""
+        name = self._mig[k]
+        slices, sms, memory_mb, memory_slices = mig_profiles.profile(name)
+        off = self._offsets[index] + (k + 1) * self.capture.duration / (len(self._mig) + 1)
+        r = self._record_at(self.now() + off)
+        total = memory_mb << 20
+        used = min(total, round(r.memory_used_bytes * memory_slices / mig_profiles.MEMORY_SLICES))
+        procs = tuple(Process(pid=pid + index + 1000 * (k + 1), used_memory_bytes=used) for pid, _ in r.processes)
+        uuid = f"MIG-{uuidlib.uuid5(_NAMESPACE, f'{dev.uuid}/mig/{k}')}"
+        try:
+            gpm = self._gpm(index, (index, k), off, "mig_instances")
+        except NotSupported:
+            gpm = None  # a capture without GPM: busy time under MIG is then not measured, as on an A100
+        return MigInstance(uuid, k + 1, 0, name, slices, sms, Memory(used, total), procs, gpm)
+
+    def _not_in_mig(self, index: int, call: str) -> None:
+        if self._mig:
+            self._dev(index, call)
+            raise NotSupported("not supported in MIG mode", call=call, gpu=index)
 
     def read_facts(self, index: int, probes: Sequence[Probe]) -> Readout:
         """A fact the capture holds in no record is NotSupported (absent, not zero: the bundled
@@ -244,8 +290,10 @@ class ReplayReader:
 
     def _record(self, index: int, call: str) -> cap.Record:
         self._dev(index, call)
+        return self._record_at(self.position(index))
+
+    def _record_at(self, p: float) -> cap.Record:
         c = self.capture
-        p = self.position(index)
         q = (p % c.duration) if self._loop else min(p, c.duration)
         return c.records[c.index_at(c.t0 + q)]
 

@@ -125,9 +125,13 @@ def integrate(gpu: TrackedGpu, r: FastReading, *, max_gap: float, idle_below: fl
         dt = None  # clock went backwards or the sampler stalled: do not guess across the gap
     if r.mig is not None or not r.in_mig:
         mig.fold(gpu, r.mig, dt, idle_below)  # an unread layout keeps the last one known
+    if r.in_mig and c.mig_sampled_seconds is None:
+        c.mig_sampled_seconds = 0.0
     if dt is None or r.busy is None:
         return None  # a baseline tick, or utilisation unreadable: this interval is not covered
     c.sampled_seconds += dt
+    if r.in_mig:  # busy time this round is the instances' SM activity (exporter.sampling.mig)
+        c.mig_sampled_seconds = (c.mig_sampled_seconds or 0.0) + dt
     c.busy_seconds += r.busy * dt
     if r.gpm is not None:
         c.sm_active_seconds = (c.sm_active_seconds or 0.0) + r.gpm.sm * dt

@@ -97,6 +97,11 @@ ROWS: tuple[MetricDef, ...] = (
     _row("gpuledger_mig_processes", "gauge", "", "Compute processes on the instance.",
          "nvmlDeviceGetComputeRunningProcesses (MIG handle)",
          per_instance(lambda i: None if i.reading.processes is None else len(i.reading.processes))),
+    gpu_row("gpuledger_gpu_mig_sampled_seconds_total", "counter", "seconds",
+            "Time covered by samples while the GPU was in MIG mode: its gpuledger_gpu_busy_seconds_total then counts "
+            "its instances' SM activity times their shares, not NVML's utilisation (absent until the GPU is first "
+            "seen in MIG mode).", "sampler clock + nvmlDeviceGetMigMode",
+            lambda g: g.counters.mig_sampled_seconds),
     gpu_row("gpuledger_gpu_mig_unallocated_ratio", "gauge", "ratio",
             "Share of a MIG-mode GPU's compute slices in no instance: the instances' gpuledger_mig_share_ratio plus "
             "this make 1 (absent when MIG is off).", "nvmlDeviceGetAttributes, nvmlDeviceGetGpuInstanceProfileInfo",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -19,8 +19,8 @@ from exporter.attribution.kubelet import PodDevice
 from exporter.attribution.procfs import Owner
 from exporter.attribution.shares import shares
 from exporter.facts import FACTS, Fact
-from exporter.readers import GpuLost, Reader, ReaderError, ReaderUnavailable, XidEvent, source_name
-from exporter.sampling import fastlane, mig, slowlane, stalls
+from exporter.readers import FactValue, GpuLost, Reader, ReaderError, ReaderUnavailable, XidEvent, source_name
+from exporter.sampling import fact_reads, fastlane, mig, slowlane, stalls
 from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, count_xids, idle_status, reopened, watch_xids
 from exporter.snapshot import EMPTY, JobMinuteRow, MinuteRow, Snapshot, by_type
 
@@ -258,6 +258,27 @@ class Sampler:
             if not self._nvml_up:
                 return False, "the GPU reader is down"
             return idle_status(self._gpus, window, time.monotonic())
+
+    def read_facts(self, facts: Sequence[Fact]) -> dict[int, dict[str, FactValue]]:
+        """These rows of the fact table, read now from every GPU that is up, outside the lanes and
+        their cadences (a benchmark round reads the NVLink counters at its begin and end). By GPU
+        index, the facts that answered as the reader gives them: a counter's raw reading, not folded
+        into the lanes' counters, which stay as they were. A GPU whose read fails is left out;
+        never raises."""
+        if not self._nvml_up:
+            return {}
+        with self._lock:
+            gpus = [g for g in self._gpus if g.up and not g.lost]
+        out: dict[int, dict[str, FactValue]] = {}
+        for g in gpus:
+            try:
+                r = fact_reads.read(self.reader, g, facts, self.errors)
+            except Exception:
+                log.debug("gpu %d: reading %d facts failed", g.info.index, len(facts), exc_info=True)
+                continue
+            if r is not None:
+                out[g.info.index] = dict(r.values)
+        return out
 
     def gpu_count(self) -> int:
         with self._lock:

@@ -16,6 +16,7 @@ from prometheus_client.registry import CollectorRegistry
 from domain.jobs import JobKey
 from exporter.attribution.shares import JobCounters
 from exporter.benchmarks.results import (
+    AllreduceLinks,
     AllreduceResult,
     MatmulRow,
     MemcpyRow,
@@ -116,7 +117,8 @@ def queue_snapshot() -> QueueSnapshot:
 def bench_snapshot() -> BenchSnapshot:
     """A finished 2-GPU round: a two-size sweep, training at 1 and 2 GPUs, GEMM, copies."""
     rows = (allreduce_row(1 << 20, 1 << 18, 1e-4, 100, 2, 0), allreduce_row(1 << 24, 1 << 22, 1e-3, 50, 2, 0))
-    ar = AllreduceResult("nccl", 2, "float32", rows)
+    links = AllreduceLinks(3.2e10, 3.2e10, 2, 2 * 26_562e6)  # NVLink: bytes of the sweep, 2 links' line rate
+    ar = AllreduceResult("nccl", 2, "float32", rows, links)
     train = train_result(
         model="encoder-8x1024",
         params=100_000_000,

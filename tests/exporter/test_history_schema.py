@@ -7,7 +7,8 @@ run with ``SCHEMA_VERSION`` set to 1, 2 and 3) through its own insert functions;
 stalled and charged seconds); ``history-v5.sqlite`` by the code of schema v5 (the v4 file
 migrated, plus jobs with their Slurm account, partition and QOS); ``history-v6.sqlite`` by the code
 of schema v6 (the v5 file migrated, plus minutes with the fact table's PCIe, NVLink and violation
-counters); see ``tests/data/README.md``.
+counters); ``history-v7.sqlite`` by the code of schema v7 (the v6 file migrated, plus minutes of the
+H200 in MIG mode); see ``tests/data/README.md``.
 They are never regenerated: a new schema version adds a new file.
 """
 
@@ -34,11 +35,19 @@ GOLDEN = TESTS / "golden" / "history-schema.sql"
 H0 = 1_800_000_000  # the first hour of the committed files, 2027-01-15 08:00 UTC
 GPU0 = "GPU-0f0e0d0c-0000-4000-8000-000000000000"
 GPU1 = "GPU-1a1b1c1d-0000-4000-8000-000000000003"
-TABLES = {1: ("gpus", "gpu_minutes"), 2: ("bench_runs",), 3: ("job_minutes", "jobs"), 4: (), 5: ("job_attrs",), 6: ()}
+TABLES = {
+    1: ("gpus", "gpu_minutes"),
+    2: ("bench_runs",),
+    3: ("job_minutes", "jobs"),
+    4: (),
+    5: ("job_attrs",),
+    6: (),
+    7: (),
+}
 """The tables each version added, and so the ones a file of that version has rows in (v4 added
 columns only: gpu_minutes.stalled_seconds, job_minutes.charged_seconds and stalled_seconds; v5
 jobs.account and qos, and the job_attrs table; v6 columns only: the fact table's counters in
-gpu_minutes)."""
+gpu_minutes; v7 one column: gpu_minutes.mig_sampled_seconds)."""
 
 
 def schema_dump(db: sqlite3.Connection) -> str:
@@ -249,6 +258,16 @@ def test_the_reads_understand_v6_fact_counters(open_db: Open, tmp_path: Path) ->
     assert (a100["nvlink_tx_bytes"], a100["nvlink_rx_bytes"]) == (1.44e11, 1.44e11)
     assert (a100["thermal_violation_seconds"], a100["energy_joules"]) == (1.5, None)
     assert a100["busy_seconds"] == 150.0
+
+
+def test_the_reads_understand_v7_mig_seconds(open_db: Open, tmp_path: Path) -> None:
+    v6 = open_db(copy_of(6, tmp_path))  # migrated: no minute of it says whether its GPU was in MIG mode
+    assert all(h.values["mig_sampled_seconds"] is None for h in history.gpu_hours(v6, H0, H0 + 6 * 3600))
+    v7 = open_db(copy_of(7, tmp_path))
+    hours = {h.uuid: h.values for h in history.gpu_hours(v7, H0 + 5 * 3600, H0 + 6 * 3600)}
+    h200, a100 = hours[GPU0], hours[GPU1]
+    assert (h200["mig_sampled_seconds"], h200["sampled_seconds"], h200["busy_seconds"]) == (180.0, 180.0, 60.0)
+    assert a100["mig_sampled_seconds"] is None and a100["busy_seconds"] == 150.0  # not in MIG mode
 
 
 def test_an_old_file_opened_read_only_is_refused_and_left_as_it_was(tmp_path: Path) -> None:

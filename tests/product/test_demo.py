@@ -21,6 +21,7 @@ from analytics.synthetic import Fleet, write_history
 from domain.week import Window, iso_week
 from exporter.readers.replay import ReplayReader
 from gpuledger import cli, demo
+from tests.support.conservation import assert_conserves
 from tests.support.http import free_port, http_get
 from tests.support.metrics import parse_metrics
 from tests.support.paths import REPO
@@ -188,8 +189,34 @@ def test_no_serve_without_dir_keeps_the_reports_and_removes_the_history() -> Non
 
 def test_the_replay_reader_presents_the_given_gpus() -> None:
     fleet, _ = demo.fleet_at(NOWS[1], "UTC", 1, 3, seed=7)
-    devices = [d for _, d in fleet.devices]
+    devices = [d for host, d in fleet.devices if host == "gpu-node-01"]  # one host's (not the MIG node's)
     r = ReplayReader(None, gpus=8, devices=devices)
     assert r.devices() == devices and r.power_watts(2) > 0
     with pytest.raises(ValueError, match="indexed 0, 1"):
         ReplayReader(None, devices=devices[1:])
+
+
+def test_the_mig_node_charges_each_slice_job_its_share(tmp_path: Path) -> None:
+    """The demo's MIG node (synthetic): an H200 in 3g, 2g and 1g instances; each job on a slice holds
+    the GPU the whole time it runs and is charged its instance's share; the slice in no instance and
+    the instances' empty hours are unallocated; the GPU's row says its busy time is its instances'."""
+    now = NOWS[1]
+    fleet, last = demo.fleet_at(now, "UTC", 2, 2, seed=7)
+    (uuid,) = fleet.mig
+    assert [h for h, d in fleet.devices if d.uuid == uuid] == ["gpu-mig-01"]
+    r = _week_report(fleet, last, now, tmp_path / "mig")
+    share = {sp.key.job_id: sp.share for sp in fleet.mig[uuid]}
+    assert set(share.values()) == {3 / 7, 2 / 7, 1 / 7}
+    slice_rows = [x for x in r.group("job") if x.key in share]
+    assert len(slice_rows) > 10
+    for x in slice_rows:  # its charged hours are its held hours times its share, priced as such
+        assert x.allocated_gpu_hours is not None
+        assert x.sampled_gpu_hours == pytest.approx(x.allocated_gpu_hours * share[x.key]), x.key
+        assert x.busy_measure == "mig_sm_active", x.key
+    (gpu,) = [x for x in r.group("gpu") if x.key.endswith(uuid)]
+    assert gpu.busy_measure == "mig_sm_active"
+    on_gpu = sum(x.hardware_cost for x in slice_rows)
+    assert on_gpu <= gpu.hardware_cost * 6 / 7 + 1e-9  # one slice of seven is in no instance
+    (mig,) = [x for x in r.group("partition") if x.key == "mig"]
+    assert mig.total_cost == pytest.approx(sum(x.total_cost for x in slice_rows))
+    assert_conserves(r, ("user", "job", "partition"))

@@ -89,6 +89,7 @@ def write_extras(f: Fleet, out: IO[str], step: int = 60) -> None:
                         ((t, 4e9 * (t - times[0])) for t in times),
                     )
                 _series(out, "gpuledger_gpu_nvlink_state", at, ((t, 1.0) for t in times))
+                _series(out, "gpuledger_gpu_nvlink_speed_bytes_per_second", at, ((t, 26_562e6) for t in times))
                 for error in ("crc", "replay", "recovery"):
                     _series(out, "gpuledger_gpu_nvlink_errors_total", {**at, "error": error}, ((t, 0.0) for t in times))
         for policy, share in (("power", 0.05), ("thermal", 0.0), ("sync_boost", 0.0), ("board_limit", 0.0)):
@@ -233,6 +234,11 @@ def _bench(f: Fleet, out: IO[str], times: list[float], job: str) -> None:
         )
     _series(out, "gpuledger_bench_allreduce_average_busbw_bytes_per_second", ar, after(95e9))
     _series(out, "gpuledger_bench_allreduce_wrong_elements", ar, after(0.0))
+    line_rate = 18 * 26_562e6  # an H100's 18 NVLink4 links per direction
+    _series(out, "gpuledger_bench_allreduce_nvlink_line_rate_bytes_per_second", ar, after(line_rate))
+    _series(out, "gpuledger_bench_allreduce_busbw_line_rate_ratio", ar, after(170e9 * 16 / 17 / line_rate))
+    for direction in ("tx", "rx"):
+        _series(out, "gpuledger_bench_allreduce_nvlink_bytes", {**ar, "direction": direction}, after(2.4e12))
     speed = {1: 1.0, 2: 1.92, 4: 3.61, 8: 6.55}
     for n, s in speed.items():
         tr = {**node, "model": "encoder-8x1024", "world_size": str(n)}
