@@ -235,7 +235,9 @@ def test_demo_reports_and_serves_a_generated_fleet(tmp_path: Path) -> None:
     reports = list((tmp_path / "reports").glob("gpuledger-*.json"))
     assert len(reports) == 1
     r = from_json(reports[0].read_text())
-    assert r.complete and r.fleet.gpus == 16 and len(r.group("host")) == 2
+    # two hosts of 8 GPUs, and the MIG node (gpuledger.demo.MIG_HOSTS): one H200 split into instances
+    assert r.complete and r.fleet.gpus == 17 and len(r.group("host")) == 3
+    assert sorted(row.busy_measure for row in r.group("gpu")) == ["mig_sm_active"] + ["utilization"] * 16
     assert any(q.partition == "gpu" for q in r.queue) and sum(f.failed for f in r.failures) > 0
     assert r.benchmarks and r.multi_gpu and r.deltas and r.fleet.allocated_idle_gpu_hours
     assert one(analytics, "gpuledger_report_complete", window="week") == 1

@@ -162,6 +162,7 @@ def _mig(out: IO[str], base: dict[str, str], times: list[float]) -> None:
         for name, r in rates.items():
             _series(out, f"gpuledger_mig_{name}_seconds_total", at, ((t, r * (t - times[0])) for t in times))
     _series(out, "gpuledger_gpu_mig_unallocated_ratio", base, ((t, 1 / 7) for t in times))
+    _series(out, "gpuledger_gpu_mig_sampled_seconds_total", base, ((t, t - times[0]) for t in times))  # MIG throughout
 
 
 def _queue(f: Fleet, out: IO[str], times: list[float], job: str) -> None:
