@@ -73,6 +73,11 @@ FEATURE: Feature[QueueSnapshot] = Feature("slurm", QueueSnapshot, (
          "GPUs x run time of jobs that ended since the exporter started, by partition and final state (lost work: "
          "FAILED, TIMEOUT, ...).",
          _ENDED, _by_state(lambda q: q.gpu_seconds), ("partition", "state")),
+    _row("gpuledger_slurm_records_refused_total", "counter", "",
+         "Finished-job records (sacct / jobcomp) refused because squeue contradicts them: user (squeue names "
+         "another user), running (squeue lists the job running since before the record's end), unlisted (squeue "
+         "never listed the job while it answered). A job name holding a newline can make such records.",
+         "sacct / jobcomp checked against squeue", _by_key(lambda q: q.refused), ("reason",)),
     _row("gpuledger_jobs_requeued_total", "counter", "", "Job requeues and restarts, per partition.",
          "squeue restart count", _by_key(lambda q: q.requeued), ("partition",)),
 ))

@@ -238,6 +238,41 @@ def jobcomp_fields(line: str) -> dict[str, str]:
     return out
 
 
+MAX_RECORD_LINES = 64
+"""Lines one jobcomp record may span (a job name with newlines splits it)."""
+
+
+def jobcomp_records(data: bytes) -> tuple[list[str], int]:
+    """The whole records in the jobcomp file's ``data`` and the bytes they take.
+
+    slurmctld writes a record in one line, its job name raw: a newline in the name splits it. A
+    line that starts a record (``JobId=``) but has no ``EndTime`` is such a head; the lines after it
+    that start no record, up to the one that completes it, are the rest of its name and its real
+    fields, joined back (``Name=a\nb`` keeps its record). A line that starts with ``JobId=`` always
+    starts a record of its own: it may be a name's forgery (``-J $'x\nJobId=2002 UserId=bob...'``),
+    which no text can tell from a real record; squeue's listing decides (``exporter.slurm.verify``),
+    and the head it cut off, incomplete, parses to nothing. A head whose end is not in ``data`` yet
+    is left for the next read (slurmctld may be writing it); after ``MAX_RECORD_LINES`` lines it is
+    given up. A line that fits no record (a fragment) is passed on and parses to nothing."""
+    lines = data.split(b"\n")[:-1]  # slurmctld ends a record with \n only; the last piece is not whole
+    out: list[str] = []
+    used = i = 0
+    while i < len(lines):
+        record, n = lines[i].decode("utf-8", errors="replace"), 1
+        if record.startswith("JobId=") and "EndTime" not in jobcomp_fields(record):
+            while n < MAX_RECORD_LINES and "EndTime" not in jobcomp_fields(record):
+                if i + n == len(lines):
+                    return out, used  # its end is not written yet
+                if lines[i + n].startswith(b"JobId="):
+                    break
+                record += "\n" + lines[i + n].decode("utf-8", errors="replace")
+                n += 1
+        out.append(record)
+        used += sum(len(x) + 1 for x in lines[i : i + n])
+        i += n
+    return out, used
+
+
 def _user(v: str) -> str:
     return v.split("(", 1)[0] if "(" in v else v
 

@@ -11,7 +11,9 @@ while pending never started: it counts as cancelled, not as a wait sample. Reque
 squeue's restart count. A failing or missing command sets ``gpuledger_queue_source_up 0``.
 
 Each started and recently finished job's user, account, partition and QOS as the scheduler records
-them: ``exporter.slurm.jobinfo``.
+them: ``exporter.slurm.jobinfo``. A finished record is a claim until squeue's listing backs it
+(``exporter.slurm.verify``): each poll reads the finished records first, then squeue, then checks
+the records against that listing.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from domain import states
-from exporter.slurm import parse
+from exporter.slurm import parse, verify
 from exporter.slurm.commands import SourceError, run
 from exporter.slurm.jobinfo import MAX_JOBS, JobInfo, Labels
 from exporter.slurm.records import FinishedJob
@@ -69,6 +71,14 @@ class QueueSnapshot:
     gpu_seconds: Mapping[tuple[str, str], float] = field(default_factory=dict)  # GPUs x run time, by end state
     requeued: Mapping[str, int] = field(default_factory=dict)
     job_info: Mapping[str, Labels] = field(default_factory=dict)  # job id -> (user, account, partition, qos)
+    refused: Mapping[str, int] = field(default_factory=dict)  # finished records squeue contradicts, by reason
+
+
+_REFUSED = {
+    verify.NOT_THEIRS: "squeue names another user for the job",
+    verify.STILL_RUNNING: "squeue lists the job running since before the record's end",
+    verify.NEVER_LISTED: "squeue never listed the job while it answered",
+}
 
 
 class SlurmWatcher:
@@ -110,6 +120,11 @@ class SlurmWatcher:
         self._requeued: dict[str, int] = {}
         self._job_info = JobInfo(settings.finished_info_seconds, max_job_info)
         self._split_said = False
+        self._listed: dict[str, verify.Listed] = {}  # job id -> squeue's latest listing of it
+        self._watched_since: float | None = None  # squeue answered at every poll since (None: it failed)
+        self._held: list[FinishedJob] = []  # finished records read this poll, checked after squeue
+        self._refused: dict[str, int] = {}
+        self._refused_said: set[str] = set()
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -129,8 +144,9 @@ class SlurmWatcher:
                 return
 
     def poll(self) -> None:
-        """One look at the queue and at the finished jobs. Never raises."""
-        for step in (self._poll_queue, self._poll_finished, self._prune_job_info):
+        """One look at the finished jobs and at the queue, then the finished records checked against
+        that look at the queue. Never raises."""
+        for step in (self._poll_finished, self._poll_queue, self._settle, self._prune_job_info):
             try:
                 step()
             except Exception:
@@ -150,14 +166,17 @@ class SlurmWatcher:
                 gpu_seconds=dict(self._gpu_seconds),
                 requeued={p: self._requeued.get(p, 0) for p in self._partitions},
                 job_info=self._job_info.view(),
+                refused=dict(self._refused),
             )
 
     # --- the queue ----------------------------------------------------------------------
 
-    def _squeue(self) -> list[parse.QueueJob]:
+    def _squeue(self) -> tuple[list[parse.QueueJob], set[str]]:
+        """The jobs squeue lists, and the ids of those it lists whose records were split (their
+        fields unknown this poll)."""
         if self._json:
             try:
-                return parse.squeue_json(run([self.s.squeue, "--json"], self.s.command_timeout, self._env))
+                return parse.squeue_json(run([self.s.squeue, "--json"], self.s.command_timeout, self._env)), set()
             except SourceError as e:
                 if "json" not in str(e).lower() and "unrecognized" not in str(e).lower():
                     raise
@@ -176,15 +195,18 @@ class SlurmWatcher:
                 "claimed twice: left out of this poll (logged once)",
                 ", ".join(sorted(dropped)[:10]),
             )
-        return jobs
+        return jobs, dropped & set(ids.split())
 
     def _poll_queue(self) -> None:
         try:
-            jobs = self._squeue()
+            jobs, unknown = self._squeue()
         except SourceError as e:
+            self._watched_since = None
             self._down("squeue", e)
             return
         now = self._clock()
+        if self._watched_since is None:
+            self._watched_since = now
         pending: dict[str, int] = {}
         gpus: dict[str, int] = {}
         running: dict[str, int] = {}
@@ -203,10 +225,14 @@ class SlurmWatcher:
                         running[j.partition] = running.get(j.partition, 0) + 1
                     self._observe_start(j.job_id, j.partition, j.submit, j.eligible, j.start, now)
                 self._job_info.listed(j.job_id, j.state, (j.user, j.account, j.partition, j.qos), now)
+                self._listed[j.job_id] = verify.Listed(j.user, j.account, j.partition, j.qos, j.state, j.start, now)
                 before = self._restarts.get(j.job_id)
                 if before is not None and j.restarts > before:
                     self._requeued[j.partition] = self._requeued.get(j.partition, 0) + j.restarts - before
                 self._restarts[j.job_id] = j.restarts
+            for i in unknown:
+                if i not in self._listed:
+                    self._listed[i] = verify.Listed("", "", "", "", "", None, now)
             listed = {j.job_id for j in jobs}
             self._restarts = {k: v for k, v in self._restarts.items() if k in listed}
             self._pending, self._pending_gpus, self._running, self._oldest = pending, gpus, running, oldest
@@ -231,6 +257,8 @@ class SlurmWatcher:
             del self._observed[key]
         for key in [k for k, t in self._sacct_seen.items() if now - t > 2 * 86400]:
             del self._sacct_seen[key]
+        for job_id in [k for k, v in self._listed.items() if now - v.at > 2 * 86400]:
+            del self._listed[job_id]
 
     def _prune_job_info(self) -> None:
         with self._lock:
@@ -301,10 +329,10 @@ class SlurmWatcher:
         except OSError as e:
             self._down("jobcomp", e)
             return
-        complete = data[: data.rfind(b"\n") + 1]
-        self._offset += len(complete)
+        lines, used = parse.jobcomp_records(data)
+        self._offset += used
         records = []
-        for line in complete.decode("utf-8", errors="replace").split("\n"):  # slurmctld ends a line with \n only
+        for line in lines:
             state = parse.jobcomp_fields(line).get("JobState", "").split(" ", 1)[0]
             if state in states.REQUEUE:
                 continue  # the end of a run that was requeued; counted from squeue's restart count
@@ -313,7 +341,7 @@ class SlurmWatcher:
                 records.append(job)
         with self._lock:
             self._sources["jobcomp"] = True
-        self._finish(records)
+        self._held.extend(records)
 
     def _poll_sacct(self) -> None:
         now = self._clock()
@@ -344,7 +372,33 @@ class SlurmWatcher:
             for j in fresh:
                 self._sacct_seen[(j.job_id, j.end)] = now
         self._sacct_since = now - 600  # overlap: late records and clock skew; dedupe above
-        self._finish(fresh)
+        self._held.extend(fresh)
+
+    def _settle(self) -> None:
+        """The finished records read this poll, checked against squeue's listing taken after them
+        (``exporter.slurm.verify``): those it backs are counted and kept with the scheduler's
+        labels, the others refused, counted by reason and logged once per reason."""
+        held, self._held = self._held, []
+        if not held:
+            return
+        kept: list[FinishedJob] = []
+        with self._lock:
+            for job in held:
+                backed, why = verify.check(job, self._listed.get(job.job_id), self._watched_since)
+                if backed is not None:
+                    kept.append(backed)
+                    continue
+                self._refused[why] = self._refused.get(why, 0) + 1
+                if why not in self._refused_said:
+                    self._refused_said.add(why)
+                    log.warning(
+                        "slurm watcher: the finished record of job %s (user %r) is not what squeue says (%s): "
+                        "refused; gpuledger_slurm_records_refused_total counts such records (logged once per reason)",
+                        job.job_id[:20],
+                        job.user[:40],
+                        _REFUSED[why],
+                    )
+        self._finish(kept)
 
     def _finish(self, jobs: list[FinishedJob]) -> None:
         """Count finished jobs (those that ended since the watcher started) and keep all of them."""

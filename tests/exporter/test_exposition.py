@@ -111,6 +111,7 @@ def queue_snapshot() -> QueueSnapshot:
         gpu_seconds={("gpu", "COMPLETED"): 7200.0, ("gpu", "FAILED"): 900.0},
         requeued={"gpu": 1, "cpu": 0},
         job_info={"4242": ("alice", "pi-lovelace", "gpu", "normal"), "4300": ("bob", 'p"i\\ü', "gpu", "")},
+        refused={"running": 1},
     )
 
 

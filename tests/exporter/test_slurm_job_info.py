@@ -213,7 +213,13 @@ def test_running_then_finished_then_gone_after_the_retention(tmp_path: Path) -> 
     assert all(line.startswith(("#", "gpuledger_")) for line in text.split("\n")[:-1])  # nothing split a line
 
     s.now = T + 30  # 11 ended: slurmctld's record (QOS as slurmdbd would name it) replaces squeue's
-    s.queue(_job(13, "RUNNING", account=ESCAPED, qos="high"), _job(16, "COMPLETING", partition="debug"))
+    s.queue(
+        _job(13, "RUNNING", account=ESCAPED, qos="high"),
+        _job(16, "COMPLETING", partition="debug"),
+        # squeue lists a job from its submission until MinJobAge after its end: 32 and 33 too
+        _job(32, "CANCELLED", account="pi-never", start_time=0),
+        _job(33, "COMPLETED", account="pi-quick"),
+    )
     s.ended("11", "pi-ada", "normal", end=T + 20)
     s.ended("31", "pi-old", "", end=T - 3600)  # from before (the file read from its top): history only
     s.ended("32", "pi-never", "", end=T + 25, start=T + 25)  # cancelled while pending: never ran
