@@ -6,12 +6,14 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.support.clock import FakeMonotonic
 from tests.support.paths import REPO
 from tests.support.processes import ExporterProcess
+from tests.support.slurm import SlurmCluster
 
 
 @pytest.fixture
@@ -74,3 +76,14 @@ def _hypothesis_profiles() -> None:
 
 
 _hypothesis_profiles()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
+    """A single-node Slurm (tests.support.slurm), stopped after the test."""
+    (tmp_path / "slurm").mkdir()
+    c = SlurmCluster(tmp_path / "slurm")
+    try:
+        yield c
+    finally:
+        c.stop()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -284,16 +283,6 @@ def test_jobcomp_lines_carry_account_and_qos() -> None:
     bare = parse.jobcomp_line(JOBCOMP.replace("Account=pi-lovelace QOS=normal", "Account= QOS="))
     assert bare is not None and (bare.account, bare.qos) == ("", "")
     assert parse.SACCT_FIELDS.split(",")[-3:] == ["Account", "QOS", "JobName"]  # JobName last: it may hold anything
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
-    (tmp_path / "slurm").mkdir()
-    c = SlurmCluster(tmp_path / "slurm")
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 @pytest.mark.integration

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -260,16 +259,6 @@ def test_a_record_squeue_backs_takes_the_schedulers_account(tmp_path: Path) -> N
 
 
 # --- a real Slurm --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
-    (tmp_path / "slurm").mkdir()
-    c = SlurmCluster(tmp_path / "slurm")
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 @pytest.mark.integration

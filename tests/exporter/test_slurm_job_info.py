@@ -9,7 +9,6 @@ import json
 import logging
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -343,16 +342,6 @@ def test_finished_info_seconds_is_a_positive_setting() -> None:
 
 
 # --- a real Slurm -------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
-    (tmp_path / "slurm").mkdir()
-    c = SlurmCluster(tmp_path / "slurm")
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 @pytest.mark.integration
