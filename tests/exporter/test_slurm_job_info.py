@@ -17,6 +17,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import CollectorRegistry
 from pydantic import ValidationError
 
+from domain import states
 from exporter.config import MAX_LABEL_VALUE, SlurmSettings
 from exporter.scrape import render
 from exporter.scrape.collector import SnapshotCollector
@@ -368,7 +369,7 @@ def test_real_slurm_running_finished_and_gone(cluster: SlurmCluster, tmp_path: P
     name = 'a|b "q" \\ <script> ü JobState=FAKE'  # a | and a key in it, no newline: whole in the text format too
     job = c.sbatch("--account", "pi-ada", "--qos", "normal", "-n", "1", "-J", name, "--wrap", "sleep 6")
     forged = record("999999", account="evil", name="n").replace("ada", "root")
-    c.sbatch("-n", "1", "-J", "x\n" + forged + "\ny", "--account", "pi-forger", "--wrap", "sleep 6")
+    forger = c.sbatch("-n", "1", "-J", "x\n" + forged + "\ny", "--account", "pi-forger", "--wrap", "sleep 6")
     listed = {str(j["job_id"]): j for j in json.loads(c.run("squeue", "--json", check=True).stdout)["jobs"]}
     assert (listed[job]["account"], listed[job]["qos"]) == ("pi-ada", "")  # what 22.05 keeps without slurmdbd
 
@@ -387,7 +388,14 @@ def test_real_slurm_running_finished_and_gone(cluster: SlurmCluster, tmp_path: P
     res = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stdout + res.stderr
 
-    assert wait_until(lambda: c.jobcomp.exists() and f"JobId={job} " in c.jobcomp.read_text(), 60)
+    # both ended: the forger's job, its record refused, would still be listed running by squeue at the last poll
+    def both_ended() -> bool:
+        listed = parse.squeue_json(c.run("squeue", "--json", check=True).stdout)
+        active = {j.job_id for j in listed if j.state in states.ACTIVE}
+        text = c.jobcomp.read_text() if c.jobcomp.exists() else ""
+        return not active & {job, forger} and all(f"JobId={j} " in text for j in (job, forger))
+
+    assert wait_until(both_ended, 60)
     line = next(x for x in c.jobcomp.read_text().splitlines() if x.startswith(f"JobId={job} "))
     ended = parse.jobcomp_line(line)
     assert ended is not None and (ended.account, ended.qos, ended.user) == ("pi-ada", "", "root")
