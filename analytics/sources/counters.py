@@ -156,23 +156,73 @@ def rollups_cover(api: PromAPI, w: Window, counter: str) -> bool:
     return seen
 
 
+def bucket_gap(api: PromAPI, rollup_series: str, w: Window) -> float:
+    """Seconds from the last bucket of ``rollup_series`` stamped at or before ``w``'s end to its end:
+    0 where the rules' evaluations are aligned to the clock (vmalert), up to one bucket where they
+    run at a phase of their own (Prometheus, and promtool's backfill, derive it from the group's name
+    and file). The phase is the same for every bucket of a group: any stamp near a day's end, or
+    failing that any in the window, tells it."""
+    instants = [w.end, *(d.start for d in days(w))]
+    answers = api.query_many([(f"max(timestamp({rollup_series}))", t) for t in instants])
+    found = [(t, a[0].value) for t, a in zip(instants, answers, strict=True) if a]
+    if not found:
+        t = w.end
+        a = api.query(f"max(max_over_time(timestamp({rollup_series})[{rng(w.seconds)}:{BUCKET:.0f}s]))", t)
+        found = [(t, a[0].value)] if a else []
+    if not found:
+        return 0.0
+    t, stamp = found[0]
+    return round((t - stamp) % BUCKET, 3)
+
+
+def fragment(counter: str, gap: float) -> str:
+    """A counter's growth per series over the last ``gap`` seconds before the evaluation time, as a
+    bucket of the rules is computed: the last sample minus the last sample ``gap`` earlier, or the
+    value itself where the series began or reset within those seconds."""
+    ago = f"{round(gap * 1000)}ms"
+    window = f"{counter}[{BUCKET:.0f}s]"
+    return (
+        f"((last_over_time({window}) - last_over_time({window} offset {ago})) >= 0"
+        f" or last_over_time({counter}[{ago}]))"
+    )
+
+
 def rollup_totals(api: PromAPI, w: Window, counters: Mapping[str, str], info: str) -> DayTotals:
     """As ``day_totals``, from the counters' rollups: each day the sum of its buckets per GPU (the
-    rules have handled resets and gaps); the ``info`` labels at the day boundaries as there."""
+    rules have handled resets and gaps); the ``info`` labels at the day boundaries as there.
+
+    Where the buckets do not end on the window's edges (a rule group's phase: ``bucket_gap``), the
+    growth between the last bucket and each edge is read from the raw series (two instant queries
+    per counter, each a few minutes of samples): the first day loses what its first bucket holds from
+    before the window, the last day gains what came after its last bucket, and the window's totals
+    are what the raw series give. The days between are shifted by the gap (under one bucket)."""
     spans = days(w)
     kinds = list(counters)
+    gap = bucket_gap(api, rollup(counters[kinds[0]]), w)
     queries = [
         (f"sum by (uuid) (sum_over_time({rollup(counters[k])}[{whole_buckets(d.seconds)}]))", d.end)
         for d in spans
         for k in kinds
     ]
+    if gap:
+        queries += [(f"sum by (uuid) ({fragment(counters[k], gap)})", t) for t in (w.start, w.end) for k in kinds]
     bounds = [spans[0].start, *(d.end for d in spans)]
     queries += [(info, t) for t in bounds]
     answers = api.query_many(queries)
     n = len(kinds)
     per_day = [{k: _by_uuid(answers[d * n + i]) for i, k in enumerate(kinds)} for d in range(len(spans))]
+    rest = answers[len(spans) * n :]
+    if gap:
+        for i, k in enumerate(kinds):
+            for u, v in _by_uuid(rest[i]).items():  # before the window's start
+                if u in per_day[0][k]:
+                    per_day[0][k][u] -= v
+            last = per_day[-1][k]
+            for u, v in _by_uuid(rest[n + i]).items():  # after the last bucket
+                last[u] = last.get(u, 0.0) + v
+        rest = rest[2 * n :]
     labels: dict[str, dict[str, str]] = {}
-    for series in answers[len(spans) * n :]:
+    for series in rest:
         for s in series:
             labels.setdefault(s.labels.get("uuid", ""), s.labels)
     _missing_labels(api, w, info, labels, {u for day in per_day for k in kinds for u in day[k]})

@@ -42,7 +42,8 @@ GPU_COUNTERS = {
 JOB_LABELS = ("job_id", "user", "pod", "namespace", "container")
 ROLLUP_NOTE = (
     "GPU and job counters read from the 5-minute rollups (gpuledger:*:increase5m recording rules), "
-    "not the raw series: a day's figures may be shifted by up to 5 minutes where the rules ran live"
+    "not the raw series: the window's totals are exact, a day's figures may be shifted by up to 5 minutes "
+    "where the rules run at a phase of their own (Prometheus)"
 )
 
 
@@ -147,19 +148,30 @@ class PrometheusSource(PromQLSource):
             return f"increase(gpuledger_job_gpu_{metric}_total[{rng(seconds)}])"
 
         asked = [
-            (into, f"sum by ({by}) ({growth(metric, day.seconds)})", day.end)
+            (into, 1.0, f"sum by ({by}) ({growth(metric, day.seconds)})", day.end)
             for day in days(w)
             for metric, into in metrics
         ]
+        gap = counters.bucket_gap(self.api, "gpuledger:job_gpu_sampled_seconds:increase5m", w) if rolled else 0.0
+        if gap:  # the buckets onto the window's edges, as for the GPUs (counters.rollup_totals)
+            asked += [
+                (into, sign, f"sum by ({by}) ({counters.fragment(f'gpuledger_job_gpu_{metric}_total', gap)})", t)
+                for sign, t in ((-1.0, w.start), (1.0, w.end))
+                for metric, into in metrics
+            ]
         keys: dict[tuple[str, ...], tuple[str, JobKey]] = {}  # one key object per series, not one per answer
-        for (into, _, _), answer in zip(asked, self.api.query_many([(q, t) for _, q, t in asked]), strict=True):
+        answers = self.api.query_many([(q, t) for _, _, q, t in asked])
+        for (into, sign, _, _), answer in zip(asked, answers, strict=True):
             for s in answer:
                 get = s.labels.get
                 labels = (get("uuid", ""), *(get(k, "") for k in JOB_LABELS))
                 if (key := keys.get(labels)) is None:
                     key = keys[labels] = (labels[0], JobKey(*labels[1:]))
-                seen[key] = None
-                into[key] += s.value
+                if sign > 0:
+                    seen[key] = None
+                    into[key] += s.value
+                elif key in seen:  # growth before the window: of a job the window's buckets hold
+                    into[key] -= s.value
         return [
             JobWeek(
                 u,
