@@ -182,8 +182,7 @@ def fragment(counter: str, gap: float) -> str:
     ago = f"{round(gap * 1000)}ms"
     window = f"{counter}[{BUCKET:.0f}s]"
     return (
-        f"((last_over_time({window}) - last_over_time({window} offset {ago})) >= 0"
-        f" or last_over_time({counter}[{ago}]))"
+        f"((last_over_time({window}) - last_over_time({window} offset {ago})) >= 0 or last_over_time({counter}[{ago}]))"
     )
 
 
