@@ -9,7 +9,7 @@ what dcgm-exporter would have (a utilisation gauge, SM activity, power, an energ
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -27,6 +27,32 @@ def _series(out: IO[str], name: str, labels: dict[str, str], points: Iterator[tu
     lab = _labels(labels)
     for t, v in points:
         out.write(f"{name}{lab} {v:.12g} {t:.0f}\n")
+
+
+# index into a job's minute: the fleet's (sampled, busy, sm, alloc, idle, energy), then charged and stalled
+JOB_COUNTERS = (
+    (0, "sampled_seconds"),
+    (1, "busy_seconds"),
+    (5, "energy_joules"),
+    (6, "charged_seconds"),
+    (7, "stalled_seconds"),
+)
+
+
+def _alone(rows: Sequence[tuple[float, ...]], stalled: Sequence[float]) -> Callable[[int], tuple[float, ...]]:
+    """A job's minute alone on its GPU: charged every second it held."""
+    return lambda k: (*rows[k], rows[k][0], stalled[k])
+
+
+def _on_slice(rows: Sequence[tuple[float, ...]], share: float, sm: float) -> Callable[[int], tuple[float, ...]]:
+    """A job's minute on a MIG instance of ``share`` of the GPU with SM activity ``sm``, as
+    ``synthetic.write_history`` writes it."""
+
+    def minute(k: int) -> tuple[float, ...]:
+        s, e = rows[k][0], rows[k][5]
+        return (s, share * sm * s, 0.0, 0.0, 0.0, share * e, share * s, 0.0)
+
+    return minute
 
 
 def write(f: Fleet, path: str | Path, naming: str = "gpuledger", step: int = 60) -> int:
@@ -82,23 +108,26 @@ def write(f: Fleet, path: str | Path, naming: str = "gpuledger", step: int = 60)
                 )
             ):
                 _series(out, f"gpuledger_gpu_{name}_total", base, cumulative(i))
-            stalls = [(x,) for x in f.stalled.get(dev.uuid, [0.0] * n)]
+            stalled = f.stalled.get(dev.uuid, [0.0] * n)
+            stalls = [(x,) for x in stalled]
             _series(out, "gpuledger_gpu_stalled_seconds_total", base, cumulative(0, stalls))
             count += 8 * len(times)
-            for key, first, last in f.job_minutes.get(dev.uuid, []):
+            if dev.uuid in f.mig:  # every second of it in MIG mode
+                _series(out, "gpuledger_gpu_mig_sampled_seconds_total", base, cumulative(0))
+                count += len(times)
+            holders = [
+                (key, first, last, _alone(rows, stalled)) for key, first, last in f.job_minutes.get(dev.uuid, [])
+            ]
+            holders += [  # on a slice: held the whole time; busy, energy and charged its share
+                (sp.key, sp.first, sp.last, _on_slice(rows, sp.share, sp.sm)) for sp in f.mig.get(dev.uuid, [])
+            ]
+            for key, first, last, job_minute in holders:
                 jl = {**base, "job_id": key.job_id, "user": key.user}
                 span = [t for t in times if w.start + first * step <= t <= w.start + last * step + GRACE]
-                stalled = f.stalled.get(dev.uuid, [0.0] * n)
-                for i, name in (
-                    (0, "sampled_seconds"),
-                    (1, "busy_seconds"),
-                    (5, "energy_joules"),
-                    (0, "charged_seconds"),  # alone on its GPU: charged every second it held
-                    (-1, "stalled_seconds"),
-                ):
+                for i, name in JOB_COUNTERS:
                     cum = [0.0]
                     for k in range(first, last):
-                        cum.append(cum[-1] + (stalled[k] if i < 0 else rows[k][i]))
+                        cum.append(cum[-1] + job_minute(k)[i])
                     pts = ((t, cum[min(len(cum) - 1, int((t - w.start) // step) - first)]) for t in span)
                     _series(out, f"gpuledger_job_gpu_{name}_total", jl, pts)
                     count += len(span)

@@ -89,6 +89,9 @@ class GpuWeek:
     # "gr_engine_active" (a MIG GPU's instances' DCGM_FI_PROF_GR_ENGINE_ACTIVE); "mig_sm_active" (a MIG GPU's
     # instances' SM activity times their shares, gpuledger's exporter); "mixed" (more than one in the window)
     busy_measure: str = ""
+    # where its energy comes from: "" NVML's energy counter (or DCGM's); "power" integrated from power
+    # samples (no energy counter: before Volta, gpuledger_gpu_energy_integrated_seconds_total); "mixed"
+    energy_measure: str = ""
 
 
 @dataclass(frozen=True)

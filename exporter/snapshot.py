@@ -78,6 +78,9 @@ class GpuCounters:
     # covered time while the GPU was in MIG mode (its busy time then is its instances' SM activity,
     # exporter.sampling.mig); None until the GPU is first seen in MIG mode
     mig_sampled_seconds: float | None = None
+    # covered time whose energy was integrated from power samples (the GPU has no energy counter:
+    # before Volta); None while the energy counter answers
+    energy_integrated_seconds: float | None = None
     clock_event_seconds: dict[str, float] = field(default_factory=dict)
     xid_errors: dict[int, int] = field(default_factory=dict)
     facts: dict[str, FactValue] = field(default_factory=dict)
@@ -106,10 +109,10 @@ COUNTER_COLUMNS: tuple[str, ...] = (
 )
 """The ``GpuCounters`` fields the history stores, named as their columns (schema v1 and v4)."""
 
-MIG_COLUMNS: tuple[str, ...] = ("mig_sampled_seconds",)
-"""The ``GpuCounters`` fields the history stores after the fact table's columns (schema v7)."""
+LATER_COLUMNS: tuple[str, ...] = ("mig_sampled_seconds", "energy_integrated_seconds")
+"""The ``GpuCounters`` fields the history stores after the fact table's columns (schema v7, v8)."""
 
-ROLLUP_FIELDS: tuple[str, ...] = COUNTER_COLUMNS + tuple(str(f.history) for f in facts.HISTORY) + MIG_COLUMNS
+ROLLUP_FIELDS: tuple[str, ...] = COUNTER_COLUMNS + tuple(str(f.history) for f in facts.HISTORY) + LATER_COLUMNS
 """The history's ``gpu_minutes`` columns after uuid and minute, in order: listed, never reflected
 from a dataclass; each column a migration added (``exporter/history/schema.py``)."""
 
@@ -136,7 +139,7 @@ def minute_row(minute: int, info: DeviceInfo, now: GpuCounters, base: GpuCounter
     for f in facts.HISTORY:  # a per-link counter's column holds the sum over the links
         v = now.facts.get(f.name)
         values[str(f.history)] = None if v is None else _total(v) - _total(base.facts.get(f.name))
-    for name in MIG_COLUMNS:
+    for name in LATER_COLUMNS:
         values[name] = _increase(getattr(now, name), getattr(base, name))
     return MinuteRow(minute=minute, info=info, values=values)
 

@@ -40,6 +40,26 @@ def add_physical(d: Dashboard) -> None:
         4,
     )
     d.add(
+        stat(
+            "Energy from power samples",
+            "Share of the sampled time whose energy was integrated from power samples "
+            "(gpuledger_gpu_energy_integrated_seconds_total): GPUs without an energy counter, before Volta. "
+            "No value: the energy counter answered.",
+            [
+                Q(
+                    f"sum by (gpu) ({per_gpu(increase('gpuledger_gpu_energy_integrated_seconds_total'))}) / "
+                    f"sum by (gpu) ({per_gpu(increase('gpuledger_gpu_sampled_seconds_total'))})",
+                    G,
+                    instant=True,
+                )
+            ],
+            "percentunit",
+            thresholds=steps("green", (0.01, "orange")),  # any of it: an estimate between samples
+            decimals=0,
+        ),
+        4,
+    )
+    d.add(
         timeseries(
             "Temperature",
             "GPU core temperature. Dashed: 83 °C and 90 °C, where datacentre GPUs start to slow down.",
@@ -48,7 +68,7 @@ def add_physical(d: Dashboard) -> None:
             min_=None,
             thresholds=steps("green", (83, "orange"), (90, "red")),
         ),
-        12,
+        8,
     )
     d.add(
         timeseries(

@@ -40,6 +40,7 @@ def _zero(r: Report) -> CostRow:
     return CostRow(
         "fleet", "fleet", 0, 0.0, 0.0, 0.0, None, 0.0, None, None, None, None, None, 0.0, 0.0, 0.0, None, 0.0,
         f.coverage, useful_measure=f.useful_measure, busy_measure=f.busy_measure,
+        energy_measure=f.energy_measure,
     )  # fmt: skip
 
 

@@ -127,6 +127,7 @@ def build(
             co2e_kg=co2e.co2e_kg,
             use_sm=g.uuid in by_sm,
             busy_measure=g.busy_measure,
+            energy_measure=g.energy_measure,
         )
         gpu_figs[g.uuid] = fig
         fleet.add(fig)
@@ -191,6 +192,7 @@ def build(
             *_mean_applied(mean_intensity, "emissions", "hourly carbon intensity"),
             *_mean_applied(mean_tariff, "energy cost", "tariff"),
             *_orphan_note(orphans, on_gpu),
+            *_integrated_note(data),
         ],
         example_prices=cost.example_prices,
         complete=not reasons,
@@ -262,6 +264,18 @@ def _grouping_rows(groups: dict[str, dict[str, Acc]], chosen: Iterable[Grouping]
             continue
         out += [acc.row(group, key, min_h) for key, acc in sorted(accs.items(), key=lambda kv: (kv[0] == NONE, kv[0]))]
     return out
+
+
+def _integrated_note(data: WeekData) -> list[str]:
+    """The GPUs whose energy was integrated from power samples (no energy counter), named."""
+    gpus = sorted(f"{g.host}/{g.gpu}" for g in data.gpus if g.energy_measure)
+    if not gpus:
+        return []
+    shown = ", ".join(gpus[:10]) + (f" and {len(gpus) - 10} more" if len(gpus) > 10 else "")
+    return [
+        f"energy of {len(gpus)} GPU(s) integrated from power samples, not read from an energy counter "
+        f"(they have none: before Volta): {shown}"
+    ]
 
 
 def _orphan_note(uuids: list[str], on_gpu: dict[str, list[JobWeek]]) -> list[str]:

@@ -44,6 +44,7 @@ class Fig:
     co2e_kg: float | None = None  # energy x PUE x grid intensity; None: no intensity or no energy
     use_sm: bool = False  # its useful seconds are SM-active ones (else busy less stalled)
     busy_measure: str = ""  # what its busy time counts (GpuWeek.busy_measure): "" utilisation
+    energy_measure: str = ""  # where its energy comes from (GpuWeek.energy_measure): "" the counter
 
 
 class Acc:
@@ -63,6 +64,7 @@ class Acc:
         self.measured = [0.0, 0.0]  # sampled seconds whose useful seconds are SM-active, busy
         self.parts = [0, 0]  # figures counted each way (for a row without sampled time)
         self.busy_measures: set[str] = set()
+        self.energy_measures: set[str] = set()
 
     def add(self, f: Fig) -> None:
         self.gpus += f.gpus
@@ -84,6 +86,7 @@ class Acc:
         self.measured[0 if f.use_sm else 1] += f.sampled_s
         self.parts[0 if f.use_sm else 1] += 1
         self.busy_measures.add(f.busy_measure)
+        self.energy_measures.add(f.energy_measure)
 
     def row(self, group: str, key: str, min_useful_h: float = 0.0) -> CostRow:
         h = 3600.0
@@ -118,6 +121,7 @@ class Acc:
             useful_measure=useful_measure,
             useful_sm_share=sm_share,
             busy_measure=busy_measure(self.busy_measures),
+            energy_measure=energy_measure(self.energy_measures),
         )
 
 
@@ -130,6 +134,16 @@ def busy_measure(measures: set[str]) -> str:
     instances' SM activity, gpuledger's exporter), or ``mixed``."""
     named = {m or UTILISATION for m in measures} or {UTILISATION}
     return named.pop() if len(named) == 1 else MIXED_BUSY
+
+
+COUNTER, MIXED_ENERGY = "counter", "mixed"
+
+
+def energy_measure(measures: set[str]) -> str:
+    """A row's energy measure from its parts': ``counter`` (an energy counter, "" in a part),
+    ``power`` (integrated from power samples), or ``mixed``."""
+    named = {m or COUNTER for m in measures} or {COUNTER}
+    return named.pop() if len(named) == 1 else MIXED_ENERGY
 
 
 def scale_to(total: float, cap: float | None) -> float:
@@ -191,6 +205,7 @@ def charge(
             co2e_kg=None if co2e_per_joule is None else e * co2e_per_joule,
             use_sm=us,
             busy_measure=gpu.busy_measure if gpu else "",
+            energy_measure=gpu.energy_measure if gpu else "",
         )
         for j, t, b, u, s, e, i, st, us in zip(jobs, time, busy, useful, sm, energy, idle, stalled, use_sm, strict=True)
     ]
@@ -228,4 +243,5 @@ def rest(uuid: str, gpu: Fig, jobs: list[Fig]) -> Fig:
         co2e_kg=less(gpu.co2e_kg, (f.co2e_kg for f in jobs)),
         use_sm=gpu.use_sm,
         busy_measure=gpu.busy_measure,
+        energy_measure=gpu.energy_measure,
     )

@@ -55,6 +55,9 @@ class CostRow:
     # (MIG GPUs: their instances' DCGM_FI_PROF_GR_ENGINE_ACTIVE, by slices), mig_sm_active (MIG GPUs under
     # gpuledger's exporter: their instances' SM activity, by slices), mixed; "" in reports from before it
     busy_measure: str = ""
+    # where its energy comes from: counter (NVML's or DCGM's energy counter), power (integrated from power
+    # samples: no energy counter, before Volta), mixed; "" in reports from before it
+    energy_measure: str = ""
 
 
 @dataclass(frozen=True)

@@ -242,6 +242,22 @@ def _busy_from(row: CostRow) -> str:
     return BUSY_FROM.get(row.busy_measure, row.busy_measure) or DASH
 
 
+ENERGY_FROM = {"counter": "energy counter", "power": "power samples (no counter)", "mixed": "mixed"}
+
+
+def _energy_from(row: CostRow) -> str:
+    """Where a GPU row's energy comes from: its energy counter, or power integrated (before Volta)."""
+    return ENERGY_FROM.get(row.energy_measure, row.energy_measure) or DASH
+
+
+GPU_COLUMNS: Columns[CostRow] = [
+    ("GPU", lambda x: x.key),
+    *COST,
+    ("Busy from", _busy_from),
+    ("Energy from", _energy_from),
+]
+
+
 def _key(row: CostRow) -> str:
     return "(unallocated)" if row.group == UNALLOCATED else row.key
 
@@ -301,7 +317,7 @@ def tables(r: Report) -> list[Table]:
             c,
             "No stalled time measured." if r.fleet.stalled_gpu_hours is None else "No job stalled.",
         ),
-        _table("gpus", "GPUs", [("GPU", lambda x: x.key), *COST, ("Busy from", _busy_from)], r.group("gpu"), c),
+        _table("gpus", "GPUs", GPU_COLUMNS, r.group("gpu"), c),
         _table("queue", "Queue", QUEUE, r.queue, c),
         _table("failures", "Failures", FAILURES, r.failures, c),
         _table("benchmarks", "Benchmarks", BENCH, r.benchmarks, c, "No benchmark results this week."),

@@ -185,6 +185,19 @@ def mig_busy_measure(sampled: float, in_mig: float) -> str:
     return MIG_SM_ACTIVE if in_mig >= sampled - 1e-6 * max(sampled, 1.0) else "mixed"
 
 
+POWER_INTEGRATED = "power"
+"""``GpuWeek.energy_measure`` of a GPU whose energy the exporter integrated from power samples."""
+
+
+def energy_measure(sampled: float, integrated: float) -> str:
+    """A GPU's energy measure from its sampled seconds and those whose energy was integrated from
+    power (the exporter's ``energy_integrated_seconds``): "" the energy counter; ``power`` when every
+    sampled second was integrated; ``mixed`` when some were."""
+    if integrated <= 0:
+        return ""
+    return POWER_INTEGRATED if integrated >= sampled - 1e-6 * max(sampled, 1.0) else "mixed"
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """Linear-interpolated percentile (q in 0..1) of exact values; None when empty."""
     if not values:

@@ -26,6 +26,7 @@ from analytics.sources.base import (
     SchedulerJob,
     SourceUnavailable,
     Span,
+    energy_measure,
     mig_busy_measure,
     percentile,
 )
@@ -168,6 +169,7 @@ class EmbeddedSource(Enriched):
                     daily=_daily(w, a["sampled_seconds"], a["busy_seconds"], energy if has_energy else None),
                     stalled_s=sum(a["stalled_seconds"]) if "stalled_seconds" in measured[uuid] else None,
                     busy_measure=mig_busy_measure(sum(a["sampled_seconds"]), sum(a["mig_sampled_seconds"])),
+                    energy_measure=energy_measure(sum(a["sampled_seconds"]), sum(a["energy_integrated_seconds"])),
                 )
             )
         return out

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from analytics.config import PrometheusSettings
 from analytics.sources import counters
-from analytics.sources.base import GpuFigures, JobFigures, SourceUnavailable, Span
+from analytics.sources.base import GpuFigures, JobFigures, SourceUnavailable, Span, energy_measure, mig_busy_measure
 from analytics.sources.promapi import PromAPI, QueryError, label_value, rng
 from analytics.sources.promql import JOB_LOOKBACK_DAYS, PromQLSource
 from domain.jobs import JobKey
@@ -38,6 +38,8 @@ GPU_COUNTERS = {
     "idle": "gpuledger_gpu_allocated_idle_seconds_total",
     "energy": "gpuledger_gpu_energy_joules_total",
     "stalled": "gpuledger_gpu_stalled_seconds_total",
+    "mig": "gpuledger_gpu_mig_sampled_seconds_total",  # absent for a GPU never in MIG mode
+    "integrated": "gpuledger_gpu_energy_integrated_seconds_total",  # absent where the energy counter answers
 }
 JOB_LABELS = ("job_id", "user", "pod", "namespace", "container")
 ROLLUP_NOTE = (
@@ -106,6 +108,8 @@ class PrometheusSource(PromQLSource):
                     energy_j=energy,
                     energy_by_hour=tuple(hours) if hours else None,
                     stalled_s=total("stalled", uuid),
+                    busy_measure=mig_busy_measure(total("sampled", uuid) or 0.0, total("mig", uuid) or 0.0),
+                    energy_measure=energy_measure(total("sampled", uuid) or 0.0, total("integrated", uuid) or 0.0),
                     cluster=labels.get(self.s.cluster_label, "") if self.s.cluster_label else "",
                     daily=tuple(
                         GpuDay(d.get("sampled", uuid) or 0.0, d.get("busy", uuid) or 0.0, d.get("energy", uuid))

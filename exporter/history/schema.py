@@ -26,7 +26,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -135,6 +135,11 @@ dram_active_seconds REAL, energy_joules REAL, allocated_seconds REAL, allocated_
         # the seconds of each minute sampled while the GPU was in MIG mode (its busy time then is its
         # instances' SM activity, not NVML's utilisation); NULL: not in MIG mode, or an older writer
         "ALTER TABLE gpu_minutes ADD COLUMN mig_sampled_seconds REAL",
+    ),
+    8: (
+        # the seconds of each minute whose energy was integrated from power samples (a GPU without
+        # NVML's energy counter, before Volta); NULL: read from the counter, or an older writer
+        "ALTER TABLE gpu_minutes ADD COLUMN energy_integrated_seconds REAL",
     ),
 }
 

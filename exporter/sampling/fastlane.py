@@ -120,6 +120,8 @@ def integrate(gpu: TrackedGpu, r: FastReading, *, max_gap: float, idle_below: fl
         c.sm_active_seconds = c.tensor_active_seconds = c.dram_active_seconds = 0.0
     if gpu.energy_from_power and c.energy_joules is None:
         c.energy_joules = 0.0
+    if gpu.energy_from_power and c.energy_integrated_seconds is None:
+        c.energy_integrated_seconds = 0.0
     dt = None if prev_t is None or r.busy is None else r.t - prev_t
     if dt is not None and (dt <= 0 or dt > max_gap):
         dt = None  # clock went backwards or the sampler stalled: do not guess across the gap
@@ -150,6 +152,7 @@ def integrate(gpu: TrackedGpu, r: FastReading, *, max_gap: float, idle_below: fl
     if gpu.energy_from_power and power is not None:
         mean_power = power if prev_power is None else (power + prev_power) / 2.0
         c.energy_joules = (c.energy_joules or 0.0) + mean_power * dt
+        c.energy_integrated_seconds = (c.energy_integrated_seconds or 0.0) + dt
     return dt
 
 

@@ -107,6 +107,10 @@ GPU: Feature[object] = Feature("gpu", None, (
     gpu_row("gpuledger_gpu_energy_joules_total", "counter", "joules",
             "Energy since the exporter started, from the NVML energy counter (integrated power where unsupported).",
             "nvmlDeviceGetTotalEnergyConsumption", lambda g: g.counters.energy_joules),
+    gpu_row("gpuledger_gpu_energy_integrated_seconds_total", "counter", "seconds",
+            "Time whose energy gpuledger_gpu_energy_joules_total integrated from power samples, the GPU having no "
+            "energy counter (before Volta): an estimate between samples (absent while the counter answers).",
+            "nvmlDeviceGetPowerUsage", lambda g: g.counters.energy_integrated_seconds),
     gpu_row("gpuledger_gpu_allocated_seconds_total", "counter", "seconds", "Time with at least one compute process.",
             "nvmlDeviceGetComputeRunningProcesses", lambda g: g.counters.allocated_seconds),
     gpu_row("gpuledger_gpu_allocated_idle_seconds_total", "counter", "seconds",

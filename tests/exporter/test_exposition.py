@@ -49,7 +49,7 @@ GOLDEN = REPO / "tests" / "golden" / "exposition.prom"
 
 def fixed_snapshot() -> Snapshot:
     """A fake 3-GPU node in a known state: one busy with GPM and NVLink, one throttled with XIDs
-    and ECC errors, one lost; a hostile hostname to exercise label escaping."""
+    and ECC errors and no energy counter, one lost; a hostile hostname to exercise label escaping."""
     r = FakeReader(3)
     g0, g1, _ = r.gpus
     g0.util, g0.gpm = 0.75, GpmActivity(sm=0.5, tensor=0.25, dram=0.125, sm_occupancy=0.1)
@@ -61,6 +61,7 @@ def fixed_snapshot() -> Snapshot:
     g1.remapped = RemappedRows(correctable=2, uncorrectable=1, pending=True, failed=False)
     g0.nvlinks = 2  # NVLink: per-link traffic, state and errors (the others have none: absent)
     g1.facts["power_violation_seconds"] = Grows(0.25)  # the power cap held its clocks a quarter of the time
+    g1.unsupported = {"energy_joules"}  # no energy counter (before Volta): power integrated, and said
     s = make_sampler(r, hostname='node "7"\\rack\nb')
     s._wall = lambda: 1_796_000_000.0
     s.tick()

@@ -22,7 +22,7 @@ from exporter.scrape.table import BY_NAME
 from exporter.snapshot import (
     COUNTER_COLUMNS,
     EMPTY,
-    MIG_COLUMNS,
+    LATER_COLUMNS,
     ROLLUP_FIELDS,
     GpuCounters,
     GpuSnapshot,
@@ -81,8 +81,8 @@ def test_a_row_that_breaks_a_rule_is_refused(change: object, message: str) -> No
 
 
 def test_the_history_columns_are_listed_and_each_one_has_its_migration() -> None:
-    assert ROLLUP_FIELDS == COUNTER_COLUMNS + tuple(str(f.history) for f in HISTORY) + MIG_COLUMNS
-    assert set(COUNTER_COLUMNS + MIG_COLUMNS) <= {f.name for f in dataclasses.fields(GpuCounters)}
+    assert ROLLUP_FIELDS == COUNTER_COLUMNS + tuple(str(f.history) for f in HISTORY) + LATER_COLUMNS
+    assert set(COUNTER_COLUMNS + LATER_COLUMNS) <= {f.name for f in dataclasses.fields(GpuCounters)}
     added = " ".join(s for statements in MIGRATIONS.values() for s in statements)
     for f in HISTORY:
         assert f"ALTER TABLE gpu_minutes ADD COLUMN {f.history} REAL" in added, f.history

@@ -8,7 +8,8 @@ stalled and charged seconds); ``history-v5.sqlite`` by the code of schema v5 (th
 migrated, plus jobs with their Slurm account, partition and QOS); ``history-v6.sqlite`` by the code
 of schema v6 (the v5 file migrated, plus minutes with the fact table's PCIe, NVLink and violation
 counters); ``history-v7.sqlite`` by the code of schema v7 (the v6 file migrated, plus minutes of the
-H200 in MIG mode); see ``tests/data/README.md``.
+H200 in MIG mode); ``history-v8.sqlite`` by the code of schema v8 (the v7 file migrated, plus minutes
+of the A100 with its energy integrated from power); see ``tests/data/README.md``.
 They are never regenerated: a new schema version adds a new file.
 """
 
@@ -43,11 +44,13 @@ TABLES = {
     5: ("job_attrs",),
     6: (),
     7: (),
+    8: (),
 }
 """The tables each version added, and so the ones a file of that version has rows in (v4 added
 columns only: gpu_minutes.stalled_seconds, job_minutes.charged_seconds and stalled_seconds; v5
 jobs.account and qos, and the job_attrs table; v6 columns only: the fact table's counters in
-gpu_minutes; v7 one column: gpu_minutes.mig_sampled_seconds)."""
+gpu_minutes; v7 one column: gpu_minutes.mig_sampled_seconds; v8 one column:
+gpu_minutes.energy_integrated_seconds)."""
 
 
 def schema_dump(db: sqlite3.Connection) -> str:
@@ -268,6 +271,16 @@ def test_the_reads_understand_v7_mig_seconds(open_db: Open, tmp_path: Path) -> N
     h200, a100 = hours[GPU0], hours[GPU1]
     assert (h200["mig_sampled_seconds"], h200["sampled_seconds"], h200["busy_seconds"]) == (180.0, 180.0, 60.0)
     assert a100["mig_sampled_seconds"] is None and a100["busy_seconds"] == 150.0  # not in MIG mode
+
+
+def test_the_reads_understand_v8_integrated_energy(open_db: Open, tmp_path: Path) -> None:
+    v7 = open_db(copy_of(7, tmp_path))  # migrated: no minute of it says its energy was integrated
+    assert all(h.values["energy_integrated_seconds"] is None for h in history.gpu_hours(v7, H0, H0 + 6 * 3600))
+    v8 = open_db(copy_of(8, tmp_path))
+    hours = {h.uuid: h.values for h in history.gpu_hours(v8, H0 + 6 * 3600, H0 + 7 * 3600)}
+    h200, a100 = hours[GPU0], hours[GPU1]
+    assert (h200["energy_joules"], h200["energy_integrated_seconds"]) == (72000.0, None)
+    assert (a100["energy_joules"], a100["energy_integrated_seconds"]) == (45000.0, 180.0)  # all of its 180 s
 
 
 def test_an_old_file_opened_read_only_is_refused_and_left_as_it_was(tmp_path: Path) -> None:

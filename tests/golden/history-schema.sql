@@ -1,4 +1,4 @@
--- PRAGMA user_version = 7
+-- PRAGMA user_version = 8
 
 -- table gpus on gpus
 CREATE TABLE gpus (
@@ -18,7 +18,7 @@ CREATE TABLE gpus (
 CREATE TABLE gpu_minutes (
         uuid TEXT NOT NULL,
         minute INTEGER NOT NULL,
-        sampled_seconds REAL, busy_seconds REAL, sm_active_seconds REAL, tensor_active_seconds REAL, dram_active_seconds REAL, energy_joules REAL, allocated_seconds REAL, allocated_idle_seconds REAL, stalled_seconds REAL, pcie_tx_bytes REAL, pcie_rx_bytes REAL, nvlink_tx_bytes REAL, nvlink_rx_bytes REAL, power_violation_seconds REAL, thermal_violation_seconds REAL, sync_boost_violation_seconds REAL, board_limit_violation_seconds REAL, low_utilization_violation_seconds REAL, reliability_violation_seconds REAL, mig_sampled_seconds REAL,
+        sampled_seconds REAL, busy_seconds REAL, sm_active_seconds REAL, tensor_active_seconds REAL, dram_active_seconds REAL, energy_joules REAL, allocated_seconds REAL, allocated_idle_seconds REAL, stalled_seconds REAL, pcie_tx_bytes REAL, pcie_rx_bytes REAL, nvlink_tx_bytes REAL, nvlink_rx_bytes REAL, power_violation_seconds REAL, thermal_violation_seconds REAL, sync_boost_violation_seconds REAL, board_limit_violation_seconds REAL, low_utilization_violation_seconds REAL, reliability_violation_seconds REAL, mig_sampled_seconds REAL, energy_integrated_seconds REAL,
         PRIMARY KEY (uuid, minute)
     ) WITHOUT ROWID;
 

@@ -103,6 +103,8 @@ def write_extras(f: Fleet, out: IO[str], step: int = 60) -> None:
             _series(out, "gpuledger_gpu_remapped_rows", {**base, "cause": cause}, ((t, rows) for t in times))
         _series(out, "gpuledger_gpu_row_remap_pending", base, ((t, 0.0) for t in times))
         _series(out, "gpuledger_gpu_row_remap_failed", base, ((t, 0.0) for t in times))
+        if n == 2:  # one GPU has no energy counter (a pre-Volta card): its energy integrated from power
+            _series(out, "gpuledger_gpu_energy_integrated_seconds_total", base, ((t, t - times[0]) for t in times))
         if n == 1:  # one GPU had two XID 79 events (fell off the bus) this day
             first, second = times[len(times) // 3], times[2 * len(times) // 3]
             _series(

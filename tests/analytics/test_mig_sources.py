@@ -1,0 +1,121 @@
+"""A MIG GPU read from Prometheus gives the report the embedded history gives: the GPU's row says
+its busy time is its instances' SM activity (``gpuledger_gpu_mig_sampled_seconds_total``), the jobs
+on its slices are charged their shares, and both conserve. Read from the raw series and from the
+backfilled 5-minute rollups (which carry the MIG counter too)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from analytics import synthetic
+from analytics.config import PrometheusSettings
+from analytics.cost import CostModel
+from analytics.report.build import build
+from analytics.report.model import Report
+from analytics.sources.base import MIG_SM_ACTIVE
+from analytics.sources.embedded import EmbeddedSource
+from analytics.sources.prometheus import ROLLUP_NOTE, PrometheusSource
+from analytics.synthetic import Fleet
+from domain.week import WeekData, Window
+from tests.support.conservation import assert_conserves
+from tests.support.fleet import history, prometheus
+from tests.support.paths import REPO
+from tests.support.prometheus import PrometheusServer
+from tests.support.tools import require_binary
+
+WINDOW = Window(1_794_787_200.0, 1_794_787_200.0 + 2 * 86400, "2d")  # Monday 2026-11-16, two days
+RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuledger-rollups.yml"
+REL = 0.01
+SCRAPE = 60.0  # the fleet's sample step: increase() (raw) and a series' first bucket (rollups) extrapolate
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Fleet:
+    return synthetic.generate(WINDOW, hosts=1, gpus_per_host=2, seed=5, mig_hosts=1)
+
+
+@pytest.fixture(scope="module")
+def embedded(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> WeekData:
+    return EmbeddedSource(history(fleet, tmp_path_factory.mktemp("mig-hist"))).week(WINDOW)
+
+
+@pytest.fixture(scope="module")
+def prom(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """The fleet's series, and their rollups backfilled by promtool (from a relative rule path)."""
+    folder = tmp_path_factory.mktemp("mig-prom")
+    server = prometheus(fleet, folder)
+    shutil.copy(RULES, folder / RULES.name)
+    try:
+        res = subprocess.run(
+            [
+                require_binary("promtool"),
+                *("tsdb", "create-blocks-from", "rules", f"--start={int(WINDOW.start)}"),
+                f"--end={int(WINDOW.end) + 300}",
+                f"--url={server.url}",
+                "--eval-interval=300s",
+                "--output-dir=blocks",
+                RULES.name,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=folder,
+        )
+        assert res.returncode == 0, res.stdout + res.stderr
+    finally:
+        server.stop()
+    for block in (folder / "blocks").iterdir():
+        shutil.move(str(block), folder / "data" / block.name)
+    server = PrometheusServer(folder, retention="10y")
+    yield server
+    server.stop()
+
+
+def read(url: str, rollups: bool) -> WeekData:
+    source = PrometheusSource(PrometheusSettings(url=url, kube_state_metrics=False), rollups=rollups)
+    try:
+        return source.week(WINDOW)
+    finally:
+        source.api.close()
+
+
+def _jobs_on(r: Report, jobs: set[str]) -> dict[str, tuple[float, float, float]]:
+    return {
+        row.key.split(" ")[-1]: (row.sampled_gpu_hours, row.hardware_cost, row.busy_gpu_hours)
+        for row in r.rows
+        if row.group == "job" and row.key.split(" ")[-1] in jobs
+    }
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("rollups", [False, True], ids=["raw", "rollups"])
+def test_prometheus_reports_the_mig_gpu_as_the_history_does(
+    fleet: Fleet, embedded: WeekData, prom: PrometheusServer, rollups: bool
+) -> None:
+    data = read(prom.url, rollups)
+    assert data.problems == ()
+    assert (ROLLUP_NOTE in data.approximations) == rollups
+    (mig_gpu,) = fleet.mig
+    assert {g.uuid: g.busy_measure for g in data.gpus} == {g.uuid: g.busy_measure for g in embedded.gpus}
+    assert {g.uuid for g in data.gpus if g.busy_measure == MIG_SM_ACTIVE} == {mig_gpu}
+
+    cost = CostModel()
+    a, b = build(data, cost), build(embedded, cost)
+    (row_a,) = [r for r in a.rows if r.group == "gpu" and r.key.endswith(mig_gpu)]
+    (row_b,) = [r for r in b.rows if r.group == "gpu" and r.key.endswith(mig_gpu)]
+    assert row_a.busy_measure == row_b.busy_measure == "mig_sm_active"
+    assert row_a.busy_gpu_hours == pytest.approx(row_b.busy_gpu_hours, rel=REL)
+
+    on_slices = {sp.key.job_id for sp in fleet.mig[mig_gpu]}
+    got, want = _jobs_on(a, on_slices), _jobs_on(b, on_slices)
+    assert got.keys() == want.keys() and len(got) >= 3
+    for job, figures in want.items():
+        held = figures[0]
+        for x, y in zip(got[job], figures, strict=True):  # within 1 %, and a scrape interval at each end
+            assert abs(x - y) <= REL * y + 2 * SCRAPE / 3600 * y / held, (job, got[job], figures)
+    assert_conserves(a)
+    assert_conserves(b)
