@@ -112,6 +112,10 @@ class JobWeek:
     stalled_s: float | None = None  # the job's stalled busy seconds; None: not measured
     account: str = ""  # Slurm account (the PI's grant), where the source knows it
     qos: str = ""  # Slurm QOS, where the source knows it
+    # the GPU's NVLink and PCIe bytes (sent + received) while the job held it, times its share;
+    # None: not measured (no NVLink, or a source that cannot apportion them)
+    nvlink_bytes: float | None = None
+    pcie_bytes: float | None = None
     # the pod's labels chosen by [analytics] pod_labels (kube-state-metrics' kube_pod_labels, e.g.
     # ("label_team", "ml")), in name order; () where the source has none
     labels: tuple[tuple[str, str], ...] = ()

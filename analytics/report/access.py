@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from analytics.report import groupings
 from analytics.report.groupings import NONE, UNKNOWN_USER
-from analytics.report.model import UNALLOCATED, CostRow, IdleRow, Report, StalledRow
+from analytics.report.model import UNALLOCATED, CostRow, IdleRow, LinkRow, Report, StalledRow
 
 NOBODY = (UNKNOWN_USER, NONE, "")
 """Keys that are no user's name: whoever claims one sees no user or job rows."""
@@ -68,7 +68,7 @@ def for_user(r: Report, user: str, owners: Mapping[str, str], fleet_totals: bool
     fleet = r.fleet if fleet_totals else dataclasses.replace(own, group="fleet", key="fleet") if own else _zero(r)
     others = {x.key for x in r.rows if x.group in ("user", "job") and x.key not in mine_jobs and x.key != me}
     others |= {o for o in owners.values() if o != me} | {k for k, o in owners.items() if o != me}
-    held: list[IdleRow | StalledRow] = [*r.idle_holders, *r.stalled_jobs]
+    held: list[IdleRow | StalledRow | LinkRow] = [*r.idle_holders, *r.stalled_jobs, *r.link_jobs]
     others |= {x.user for x in held if x.user != me} | {x.job for x in held if x.user != me}
     others -= {*NOBODY, UNALLOCATED}
 
@@ -86,6 +86,7 @@ def for_user(r: Report, user: str, owners: Mapping[str, str], fleet_totals: bool
         rows=rows,
         idle_holders=[x for x in r.idle_holders if me and x.user == me],
         stalled_jobs=[x for x in r.stalled_jobs if me and x.user == me],
+        link_jobs=[x for x in r.link_jobs if me and x.user == me],
         notes=[*clean(r.notes), banner(user, fleet_totals)],
         approximations=clean(r.approximations),
         incomplete_reasons=clean(r.incomplete_reasons),

@@ -38,13 +38,15 @@ from analytics.report import groupings, judge
 from analytics.report.groupings import GROUP_BY as GROUP_BY
 from analytics.report.groupings import NONE as NONE
 from analytics.report.groupings import UNKNOWN_USER, Grouping
-from analytics.report.ledger import Acc, Fig, charge, rest
+from analytics.report.ledger import Acc, Fig, charge, ratio, rest, sum_known
 from analytics.report.model import (
     TOP_IDLE,
+    TOP_LINKS,
     TOP_STALLED,
     UNALLOCATED,
     CostRow,
     IdleRow,
+    LinkRow,
     PriceRow,
     Report,
     StalledRow,
@@ -232,6 +234,7 @@ def build(
         elapsed=elapsed,
         idle_holders=_idle_holders(groups["job"], holders),
         stalled_jobs=_stalled_jobs(groups["job"], holders),
+        link_jobs=_link_jobs(groups["job"], holders, data.jobs),
     )
 
 
@@ -304,6 +307,31 @@ def _stalled_jobs(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]]) -> 
         if (stalled := sum(s or 0.0 for s in acc.stalled)) > 0
     ]
     return sorted(rows, key=lambda r: (-r.stalled_gpu_hours, r.job))[:TOP_STALLED]
+
+
+def _link_jobs(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]], weeks: Sequence[JobWeek]) -> list[LinkRow]:
+    """The multi-GPU jobs with the most GPU-hours, and their links' traffic per charged GPU-hour
+    (where the source measured it on some GPU of the job)."""
+    nvlink: dict[str, list[float | None]] = defaultdict(list)
+    pcie: dict[str, list[float | None]] = defaultdict(list)
+    for j in weeks:
+        key = job_key(j)
+        nvlink[key].append(j.nvlink_bytes)
+        pcie[key].append(j.pcie_bytes)
+
+    def per_hour(values: list[float | None], h: float) -> float | None:
+        total = sum_known(values)
+        return None if total is None or h <= 0 else total / 1e9 / h
+
+    rows = []
+    for key, acc in jobs.items():
+        h = acc.sampled / 3600
+        if len(acc.uuids) < 2 or h <= 0:
+            continue
+        user, part = holders[key]
+        util = ratio(acc.busy, acc.sampled)
+        rows.append(LinkRow(user, key, part, len(acc.uuids), h, util, per_hour(nvlink[key], h), per_hour(pcie[key], h)))
+    return sorted(rows, key=lambda r: (-r.gpu_hours, r.job))[:TOP_LINKS]
 
 
 def _idle_holders(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]]) -> list[IdleRow]:

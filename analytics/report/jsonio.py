@@ -16,6 +16,7 @@ from analytics.report.model import (
     Delta,
     FailureRow,
     IdleRow,
+    LinkRow,
     PriceRow,
     QueueRow,
     RentRow,
@@ -37,6 +38,7 @@ LISTS: dict[str, type[Any]] = {  # the report's row lists and their row types; C
     "prices": PriceRow,
     "idle_holders": IdleRow,
     "stalled_jobs": StalledRow,
+    "link_jobs": LinkRow,
 }
 _REPORT = TypeAdapter(Report)
 _FIELDS = {name: TypeAdapter(hint) for name, hint in typing.get_type_hints(Report).items()}

@@ -15,6 +15,7 @@ from daemonkit.jsondoc import STRICT
 SCHEMA = "gpuledger.report/v1"
 TOP_IDLE = 20  # rows of the held-but-idle table (Report.idle_holders)
 TOP_STALLED = 20  # rows of the stalled-jobs table (Report.stalled_jobs)
+TOP_LINKS = 20  # rows of the multi-GPU jobs' traffic table (Report.link_jobs)
 UNALLOCATED = "unallocated"  # the group and key of the row for what no job was charged
 
 
@@ -171,6 +172,22 @@ class StalledRow:
 
 
 @dataclass(frozen=True)
+class LinkRow:
+    """A multi-GPU job's traffic over its GPUs' links per GPU-hour it was charged: the GPUs' NVLink
+    and PCIe bytes (sent + received) while it held them, times its share. The communication a
+    multi-GPU job pays for; None: not measured (no NVLink, or the source cannot apportion it)."""
+
+    user: str
+    job: str
+    partition: str
+    gpus: int
+    gpu_hours: float  # charged GPU-hours
+    utilization: float | None
+    nvlink_gb_per_gpu_hour: float | None
+    pcie_gb_per_gpu_hour: float | None
+
+
+@dataclass(frozen=True)
 class Delta:
     figure: str
     value: float | None
@@ -214,6 +231,7 @@ class Report:
     elapsed: float = 1.0  # share of the window's hours that had elapsed when the report was made
     idle_holders: list[IdleRow] = field(default_factory=list)  # top jobs by idle cost; [] in older reports
     stalled_jobs: list[StalledRow] = field(default_factory=list)  # top jobs by stalled hours; [] in older reports
+    link_jobs: list[LinkRow] = field(default_factory=list)  # top multi-GPU jobs by GPU-hours; [] in older reports
 
     def group(self, name: str) -> list[CostRow]:
         return [r for r in self.rows if r.group == name]

@@ -13,6 +13,7 @@ from analytics.report import groupings as table
 from analytics.report.groupings import Grouping
 from analytics.report.model import (
     TOP_IDLE,
+    TOP_LINKS,
     TOP_STALLED,
     UNALLOCATED,
     BenchRow,
@@ -21,6 +22,7 @@ from analytics.report.model import (
     Delta,
     FailureRow,
     IdleRow,
+    LinkRow,
     PriceRow,
     QueueRow,
     RentRow,
@@ -209,6 +211,17 @@ STALLED: Columns[StalledRow] = [
     ("Stalled cost ({cur})", lambda x: money(x.stalled_cost)),
 ]
 
+LINKS: Columns[LinkRow] = [
+    ("User", lambda x: x.user),
+    ("Job", lambda x: x.job),
+    ("Partition", lambda x: x.partition or DASH),
+    ("GPUs", lambda x: f"{x.gpus:,}"),
+    ("GPU-h", lambda x: hours(x.gpu_hours)),
+    ("Utilisation", lambda x: pct(x.utilization)),
+    ("NVLink GB per GPU-h", lambda x: DASH if x.nvlink_gb_per_gpu_hour is None else f"{x.nvlink_gb_per_gpu_hour:,.1f}"),
+    ("PCIe GB per GPU-h", lambda x: DASH if x.pcie_gb_per_gpu_hour is None else f"{x.pcie_gb_per_gpu_hour:,.1f}"),
+]
+
 IDLE: Columns[IdleRow] = [
     ("User", lambda x: x.user),
     ("Job", lambda x: x.job),
@@ -322,6 +335,14 @@ def tables(r: Report) -> list[Table]:
         _table("failures", "Failures", FAILURES, r.failures, c),
         _table("benchmarks", "Benchmarks", BENCH, r.benchmarks, c, "No benchmark results this week."),
         _table("multi-gpu", "Multi-GPU verdict", MULTI_GPU, r.multi_gpu, c, "No training benchmark this week."),
+        _table(
+            "multi-gpu-jobs",
+            f"Multi-GPU jobs: traffic over the links (top {TOP_LINKS} by GPU-hours; sent + received)",
+            LINKS,
+            r.link_jobs,
+            c,
+            "No job held more than one GPU.",
+        ),
         _table("rent", "Rent vs buy", RENT, r.rent_vs_buy, c),
         _table("deltas", "Week over week", deltas, r.deltas, c, "No previous week to compare."),
         _table("prices", "Prices applied", PRICES, r.prices, c, "No priced GPUs."),

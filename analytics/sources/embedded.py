@@ -187,6 +187,8 @@ class EmbeddedSource(Enriched):
                 t.allocated_idle_seconds,
                 charged_s=t.charged_seconds,
                 stalled_s=t.stalled_seconds,
+                nvlink_bytes=t.nvlink_bytes,
+                pcie_bytes=t.pcie_bytes,
             )
             for t in history.job_totals(self.db, int(w.start), int(w.end))
         ]

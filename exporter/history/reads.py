@@ -53,6 +53,10 @@ class JobTotals:
     # of the window left it unrecorded (written before v4, or no GPM for stalled)
     charged_seconds: float | None = None
     stalled_seconds: float | None = None
+    # the GPU's NVLink and PCIe bytes (sent + received) in the job's minutes times its share of them
+    # (schema v6); None: no minute measured them (no NVLink, an older writer)
+    nvlink_bytes: float | None = None
+    pcie_bytes: float | None = None
 
 
 def gpus(db: sqlite3.Connection) -> dict[str, GpuIdentity]:
@@ -77,6 +81,10 @@ def gpu_hours(db: sqlite3.Connection, start: int, end: int) -> list[GpuHour]:
     ]
 
 
+_SHARE = "coalesce(j.charged_seconds, j.sampled_seconds) / g.sampled_seconds"
+"""A job's share of its GPU's minute: its charged seconds (held, before schema 4) over the GPU's sampled."""
+
+
 def job_totals(db: sqlite3.Connection, start: int, end: int) -> list[JobTotals]:
     """Per GPU and job, increments summed over minutes in [start, end), in uuid and job order.
     SM-active and allocated-idle seconds are the GPU's in the job's minutes, times the job's share
@@ -90,10 +98,11 @@ def job_totals(db: sqlite3.Connection, start: int, end: int) -> list[JobTotals]:
         "SELECT j.uuid, j.job_id, j.user, j.pod, j.namespace, j.container, sum(j.sampled_seconds), "
         "sum(j.busy_seconds), sum(j.energy_joules), "
         "sum(CASE WHEN g.mig_sampled_seconds > 0 THEN j.busy_seconds "
-        "ELSE g.sm_active_seconds * coalesce(j.charged_seconds, j.sampled_seconds) / g.sampled_seconds END), "
-        "sum(g.allocated_idle_seconds * coalesce(j.charged_seconds, j.sampled_seconds) / g.sampled_seconds), "
+        f"ELSE g.sm_active_seconds * {_SHARE} END), "
+        f"sum(g.allocated_idle_seconds * {_SHARE}), "
         "CASE WHEN count(j.charged_seconds) THEN sum(coalesce(j.charged_seconds, j.sampled_seconds)) END, "
-        "sum(j.stalled_seconds) "
+        "sum(j.stalled_seconds), "
+        f"sum((g.nvlink_tx_bytes + g.nvlink_rx_bytes) * {_SHARE}), sum((g.pcie_tx_bytes + g.pcie_rx_bytes) * {_SHARE}) "
         "FROM job_minutes j LEFT JOIN gpu_minutes g ON g.uuid = j.uuid AND g.minute = j.minute "
         "WHERE j.minute >= ? AND j.minute < ? "
         "GROUP BY j.uuid, j.job_id, j.user, j.pod, j.namespace, j.container "
@@ -101,8 +110,8 @@ def job_totals(db: sqlite3.Connection, start: int, end: int) -> list[JobTotals]:
         (start, end),
     )
     return [
-        JobTotals(uuid, JobKey(j, u, p, n, c), s, b, e, sm, idle, charged, stalled)
-        for uuid, j, u, p, n, c, s, b, e, sm, idle, charged, stalled in rows
+        JobTotals(uuid, JobKey(j, u, p, n, c), s, b, e, sm, idle, charged, stalled, nvlink, pcie)
+        for uuid, j, u, p, n, c, s, b, e, sm, idle, charged, stalled, nvlink, pcie in rows
     ]
 
 
