@@ -157,6 +157,34 @@ Runs = dict[int, tuple[BenchRun, ...]]  # world size -> the window's runs, in ti
 
 
 @dataclass(frozen=True)
+class ScalingPoint:
+    """One GPU count of a ``gpuledger scaling`` run (None: not measured at that count)."""
+
+    n: int
+    status: str  # ok | failed | timeout
+    step_seconds: float | None
+    speedup: float | None
+    efficiency: float | None
+    samples_per_second: float | None
+    cost_per_1000_steps: float | None
+
+
+@dataclass(frozen=True)
+class ScalingRun:
+    """A user's own training script measured by ``gpuledger scaling --history`` (the record's
+    figures as the command printed them: its cost model, its currency)."""
+
+    name: str
+    finished: float
+    scaling: str  # weak | strong
+    method: str  # two runs | step timer
+    unit: str  # GPUs | ranks (CPU)
+    currency: str
+    points: tuple[ScalingPoint, ...]
+    verdicts: tuple[str, ...]  # one sentence per N > 1, against 1 GPU
+
+
+@dataclass(frozen=True)
 class BenchWeek:
     """A window's benchmark figures: world size -> the median of the window's runs. The runs
     themselves (``*_runs``) are kept so one bad night is not hidden by the median; a figure with
@@ -171,6 +199,7 @@ class BenchWeek:
     busbw_runs: Runs = field(default_factory=dict)
     speedup_runs: Runs = field(default_factory=dict)
     efficiency_runs: Runs = field(default_factory=dict)
+    scaling: tuple[ScalingRun, ...] = ()  # the users' own scripts (gpuledger scaling), the last run per name
 
     @classmethod
     def of_runs(

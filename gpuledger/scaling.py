@@ -19,10 +19,13 @@ import importlib.util
 import json
 import os
 import socket
+import sqlite3
 import sys
+import time
 from pathlib import Path
 
 from analytics import cli as analytics_cli
+from analytics.sources.scaling_records import BENCH
 from daemonkit.argcheck import writable_file
 from daemonkit.settings import ConfigError
 from gpuledger import scaling_math as sm
@@ -68,6 +71,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--name", help="a name for this model (default: the script's)")
     p.add_argument("--json", metavar="FILE", help="write the result here")
+    p.add_argument(
+        "--history",
+        metavar="FILE",
+        help="record the result in this history file (the exporter's [history] path): the weekly report shows it",
+    )
     p.add_argument("--config", metavar="FILE", help="TOML or YAML config file with [cost] (env GPULEDGER_CONFIG)")
     p.add_argument("--python", default=sys.executable, help="the Python with torch that runs torchrun")
     p.add_argument("script", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS...]", help="the training script")
@@ -138,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         script, counts, (s1, s2) = check(args, gpus)
         if args.json:
             writable_file(Path(args.json), "--json")
+        if args.history:
+            writable_file(Path(args.history), "--history")
         cost = analytics_cli.full_settings(args.config).cost
     except (UsageError, ConfigError) as e:
         _say(str(e))
@@ -213,12 +223,43 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             _say(f"--json: cannot write {args.json}: {e.strerror or e}")
             return 1
+    if args.history and not _record(Path(args.history), res, sum(taken), "nccl" if gpus else "gloo"):
+        return 1
     for row in res.rows:
         if row.status != "ok":
             _say(f"N={row.n}: {row.error}" + (", its last lines:" if row.tail else ""))
             for line in row.tail:
                 print(f"  | {line}", file=sys.stderr)
     return 0 if res.ok else 1
+
+
+def _record(path: Path, res: Result, seconds: float, backend: str) -> bool:
+    """Append the result to the history's benchmark records (bench ``scaling``, the --json document
+    as data), as the exporter's benchmark rounds are; the history says why when it cannot."""
+    from exporter import history
+    from exporter.benchmarks.records import BenchRecord
+
+    record = BenchRecord(
+        time.time(),
+        BENCH,
+        "ok" if res.ok else "failed",
+        seconds,
+        backend,
+        max((r.n for r in res.rows), default=1),
+        json.dumps(to_json(res)),
+    )
+    try:
+        db = history.connect(path)
+        try:
+            with history.transaction(db):
+                history.insert_bench(db, [record])
+        finally:
+            db.close()
+    except (history.HistoryError, sqlite3.Error) as e:
+        _say(f"--history: cannot record the result in {path}: {e}")
+        return False
+    _say(f"recorded in {path} as {res.name!r}: the weekly report's multi-GPU section shows it")
+    return True
 
 
 def _left(taken: list[float], n_left: int, runs_per_n: int) -> str:

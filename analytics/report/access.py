@@ -78,7 +78,7 @@ def for_user(r: Report, user: str, owners: Mapping[str, str], fleet_totals: bool
 
     fleet_only = {
         name: getattr(r, name) if fleet_totals else []
-        for name in ("daily", "queue", "failures", "multi_gpu", "rent_vs_buy", "deltas")
+        for name in ("daily", "queue", "failures", "multi_gpu", "scaling", "rent_vs_buy", "deltas")
     }
     return dataclasses.replace(
         r,

@@ -207,6 +207,7 @@ def build(
         failures=_failures(data),
         benchmarks=judge.benchmarks(data.bench, previous.bench if previous else None, data.window.timezone),
         multi_gpu=judge.multi_gpu(data.bench, fleet_row),
+        scaling=judge.scaling(data.bench, data.window.timezone),
         rent_vs_buy=_rent(data, cost, rows),
         deltas=judge.deltas(
             fleet_row,

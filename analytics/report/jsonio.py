@@ -21,6 +21,7 @@ from analytics.report.model import (
     QueueRow,
     RentRow,
     Report,
+    ScalingRow,
     StalledRow,
     VerdictRow,
 )
@@ -39,6 +40,7 @@ LISTS: dict[str, type[Any]] = {  # the report's row lists and their row types; C
     "idle_holders": IdleRow,
     "stalled_jobs": StalledRow,
     "link_jobs": LinkRow,
+    "scaling": ScalingRow,
 }
 _REPORT = TypeAdapter(Report)
 _FIELDS = {name: TypeAdapter(hint) for name, hint in typing.get_type_hints(Report).items()}

@@ -1,11 +1,12 @@
-"""The report's judgements: benchmark drift, the multi-GPU verdict, rent vs buy, week over week."""
+"""The report's judgements: benchmark drift, the multi-GPU verdict (the synthetic benchmark's and the users'
+own scripts'), rent vs buy, week over week."""
 
 from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
 
-from analytics.report.model import BenchRow, CostRow, Delta, QueueRow, RentRow, VerdictRow
+from analytics.report.model import BenchRow, CostRow, Delta, QueueRow, RentRow, ScalingRow, VerdictRow
 from domain.week import BenchWeek, Runs
 
 DROP = 0.10  # a run more than 10 % under last week's median is flagged
@@ -135,3 +136,21 @@ def deltas(now: CostRow, before: CostRow | None, queue: list[QueueRow], queue_be
         d("allocated-but-idle GPU-hours", now.allocated_idle_gpu_hours, b.allocated_idle_gpu_hours if b else None),
         d("worst queue-wait p95 (s)", p95(queue), p95(queue_before)),
     ]
+
+
+def scaling(bench: BenchWeek | None, timezone: str = "UTC") -> list[ScalingRow]:
+    """The users' own scripts (``gpuledger scaling --history``): a row per run and GPU count, the
+    run's verdict for that count beside it."""
+    if bench is None:
+        return []
+    tz = zoneinfo.ZoneInfo(timezone)
+    out = []
+    for run in bench.scaling:
+        date = dt.datetime.fromtimestamp(run.finished, tz).date().isoformat()
+        said = {v.split(":", 1)[0]: v.split(":", 1)[1].strip() for v in run.verdicts if ":" in v}
+        for p in run.points:
+            verdict = said.get(f"{p.n} {run.unit}", "") if p.n > 1 else ""
+            figures = (p.step_seconds, p.samples_per_second, p.speedup, p.efficiency, p.cost_per_1000_steps)
+            head = (run.name, date, run.scaling, p.n, run.unit, p.status)
+            out.append(ScalingRow(*head, *figures, run.currency, verdict))
+    return out

@@ -188,6 +188,26 @@ class LinkRow:
 
 
 @dataclass(frozen=True)
+class ScalingRow:
+    """One GPU count of a user's own training script measured by ``gpuledger scaling --history``
+    (the last run of each name up to the window's end): the command's own figures and verdict."""
+
+    name: str
+    date: str  # YYYY-MM-DD of the run, in the report's time zone
+    scaling: str  # weak | strong
+    gpus: int
+    unit: str  # GPUs | ranks (CPU)
+    status: str  # ok | failed | timeout
+    step_seconds: float | None
+    samples_per_second: float | None
+    speedup: float | None
+    efficiency: float | None
+    cost_per_1000_steps: float | None
+    currency: str  # the run's own (its config's), which may differ from the report's
+    verdict: str  # "" at one GPU
+
+
+@dataclass(frozen=True)
 class Delta:
     figure: str
     value: float | None
@@ -232,6 +252,7 @@ class Report:
     idle_holders: list[IdleRow] = field(default_factory=list)  # top jobs by idle cost; [] in older reports
     stalled_jobs: list[StalledRow] = field(default_factory=list)  # top jobs by stalled hours; [] in older reports
     link_jobs: list[LinkRow] = field(default_factory=list)  # top multi-GPU jobs by GPU-hours; [] in older reports
+    scaling: list[ScalingRow] = field(default_factory=list)  # users' scripts (gpuledger scaling); [] in older reports
 
     def group(self, name: str) -> list[CostRow]:
         return [r for r in self.rows if r.group == name]

@@ -27,6 +27,7 @@ from analytics.report.model import (
     QueueRow,
     RentRow,
     Report,
+    ScalingRow,
     StalledRow,
     VerdictRow,
 )
@@ -211,6 +212,20 @@ STALLED: Columns[StalledRow] = [
     ("Stalled cost ({cur})", lambda x: money(x.stalled_cost)),
 ]
 
+SCALING: Columns[ScalingRow] = [
+    ("Model", lambda x: x.name),
+    ("Run", lambda x: x.date),
+    ("Currency", lambda x: x.currency or DASH),
+    ("Scaling", lambda x: x.scaling),
+    ("N", lambda x: f"{x.gpus} {x.unit}"),
+    ("Step (ms)", lambda x: DASH if x.step_seconds is None else f"{x.step_seconds * 1e3:,.1f}"),
+    ("Samples/s", lambda x: DASH if x.samples_per_second is None else f"{x.samples_per_second:,.1f}"),
+    ("Speedup", lambda x: DASH if x.speedup is None else f"{x.speedup:.2f}x"),
+    ("Efficiency", lambda x: pct(x.efficiency)),
+    ("Per 1,000 steps", lambda x: DASH if x.cost_per_1000_steps is None else f"{x.cost_per_1000_steps:,.4g}"),
+    ("Verdict", lambda x: x.verdict if x.status == "ok" else x.status),
+]
+
 LINKS: Columns[LinkRow] = [
     ("User", lambda x: x.user),
     ("Job", lambda x: x.job),
@@ -335,6 +350,14 @@ def tables(r: Report) -> list[Table]:
         _table("failures", "Failures", FAILURES, r.failures, c),
         _table("benchmarks", "Benchmarks", BENCH, r.benchmarks, c, "No benchmark results this week."),
         _table("multi-gpu", "Multi-GPU verdict", MULTI_GPU, r.multi_gpu, c, "No training benchmark this week."),
+        _table(
+            "scaling",
+            "Your models: does multi-GPU pay? (gpuledger scaling, the last run of each)",
+            SCALING,
+            r.scaling,
+            c,
+            "No gpuledger scaling run recorded (gpuledger scaling --history FILE -- train.py ...).",
+        ),
         _table(
             "multi-gpu-jobs",
             f"Multi-GPU jobs: traffic over the links (top {TOP_LINKS} by GPU-hours; sent + received)",

@@ -7,6 +7,7 @@ pending when the report runs are not in the history yet).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import sqlite3
@@ -16,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
+from analytics.sources import scaling_records
 from analytics.sources.base import (
     GpuFigures,
     JobFigures,
@@ -32,7 +34,7 @@ from analytics.sources.base import (
 )
 from analytics.sources.enrich import Enriched
 from domain.states import FAILED
-from domain.week import BenchRun, BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, Window
+from domain.week import BenchRun, BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, ScalingRun, Window
 from exporter import history
 from exporter.benchmarks.results import allreduce_from, train_from
 
@@ -240,6 +242,7 @@ class EmbeddedSource(Enriched):
         throughput: dict[int, float] = {}
         model = ""
         found = False
+        scaling: list[ScalingRun] = []
         for r in history.bench_records(self.db, w.start):  # in time order
             if not (r.finished < w.end and r.result in ("ok", "failed") and r.data and r.data.startswith("{")):
                 continue
@@ -247,6 +250,10 @@ class EmbeddedSource(Enriched):
                 ar = allreduce_from(r.data)
                 busbw[ar.world_size].append(BenchRun(r.finished, ar.busbw_largest))
                 found = True
+            elif r.bench == scaling_records.BENCH:
+                if (run := scaling_records.scaling_from(r.finished, r.data)) is not None:
+                    scaling.append(run)
+                    found = True
             elif r.bench == "train":
                 t = train_from(r.data)
                 model, throughput, found = t.model, {}, True
@@ -262,7 +269,8 @@ class EmbeddedSource(Enriched):
         def runs(d: dict[int, list[BenchRun]]) -> dict[int, tuple[BenchRun, ...]]:
             return {n: tuple(v) for n, v in sorted(d.items())}
 
-        return BenchWeek.of_runs(runs(busbw), runs(speedup), runs(efficiency), throughput, model)
+        week = BenchWeek.of_runs(runs(busbw), runs(speedup), runs(efficiency), throughput, model)
+        return dataclasses.replace(week, scaling=scaling_records.last_per_name(scaling))
 
 
 def _daily(w: Window, sampled: list[float], busy: list[float], energy: list[float] | None) -> tuple[GpuDay, ...]:

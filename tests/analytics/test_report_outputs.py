@@ -79,6 +79,7 @@ def test_csv_parses_back_with_hostile_keys() -> None:
             "idle_holders",
             "stalled_jobs",
             "link_jobs",
+            "scaling",
         )
     }
     costs = list(csv.DictReader(io.StringIO(files["costs.csv"])))
@@ -130,7 +131,7 @@ def test_write_all_formats(tmp_path: Path) -> None:
     assert all(p.is_file() for p in paths)
     names = {p.relative_to(out).as_posix() for p in paths}
     assert {"gpuledger-2026-W48.json", "gpuledger-2026-W48.md", "gpuledger-2026-W48.html"} <= names
-    assert "gpuledger-2026-W48-csv/costs.csv" in names and len(names) == 3 + 12
+    assert "gpuledger-2026-W48-csv/costs.csv" in names and len(names) == 3 + 13
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]  # no temporary left behind
     assert from_json((out / "gpuledger-2026-W48.json").read_text(encoding="utf-8")) == sample_report()
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from analytics.sources.scaling_records import scaling_from
+from exporter import history
 from gpuledger import scaling, steptimer
 from gpuledger import scaling_math as sm
 from gpuledger.cli import main
@@ -193,6 +195,7 @@ def test_bad_input_is_one_line_and_exit_2(
     assert "--timeout" in _one_line(["--timeout", "0", "--", EXAMPLE], capsys)
     assert "--repeat" in _one_line(["--repeat", "0", "--", EXAMPLE], capsys)
     assert "--json" in _one_line(["--json", str(tmp_path / "no" / "r.json"), "--", EXAMPLE], capsys)
+    assert "--history" in _one_line(["--history", str(tmp_path), "--", EXAMPLE], capsys)  # a folder
     monkeypatch.setattr(scaling, "local_gpus", lambda: ["NVIDIA H200"])
     assert "this machine has 1 GPUs" in _one_line(["--gpus", "1,2", "--", EXAMPLE], capsys)
 
@@ -251,8 +254,23 @@ def test_two_runs_per_n_exclude_the_start_up(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_step_timer_weak_scaling(tmp_path: Path) -> None:
-    r, doc = _scaling(tmp_path, ["--gpus", "1,2"], ["--helper", "--steps", "30"])
+    """Recorded in a history too (--history): the record reads back as the --json document says."""
+    hist = tmp_path / "history.db"
+    r, doc = _scaling(
+        tmp_path, ["--gpus", "1,2", "--name", "tiny-lm", "--history", str(hist)], ["--helper", "--steps", "30"]
+    )
     assert r.returncode == 0, r.stderr
+    assert f"recorded in {hist} as 'tiny-lm'" in r.stderr
+    db = history.connect(hist, readonly=True)
+    (record,) = history.bench_records(db)
+    db.close()
+    assert (record.bench, record.result, record.backend, record.world_size) == ("scaling", "ok", "gloo", 2)
+    run = scaling_from(record.finished, record.data or "")
+    assert run is not None and (run.name, run.scaling, run.unit, run.currency) == ("tiny-lm", "weak", "ranks", "EUR")
+    assert [(p.n, p.step_seconds, p.speedup) for p in run.points] == [
+        (row["n"], row["step_seconds"], row["speedup"]) for row in doc["rows"]
+    ]
+    assert run.verdicts == tuple(doc["verdicts"]) and run.verdicts[0].startswith("2 ranks: ")
     assert doc["method"] == "step timer"
     rows = _rows(doc)
     for n, row in rows.items():
