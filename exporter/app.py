@@ -6,7 +6,9 @@ import importlib.util
 import logging
 import sqlite3
 import ssl
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from daemonkit.http import MetricsServer, WebOptions, serve
 from daemonkit.settings import ConfigError, split_listen
@@ -14,6 +16,7 @@ from daemonkit.signals import wait_for_signal
 from exporter import __version__
 from exporter.attribution.attributor import Attribution, kubelet_socket
 from exporter.attribution.kubelet import DEFAULT_SOCKET
+from exporter.benchmarks.scaling import ScalingResults
 from exporter.benchmarks.scheduler import BenchScheduler
 from exporter.benchmarks.state import BenchState
 from exporter.config import Settings, default_history_path
@@ -99,6 +102,8 @@ class Exporter:
             self.providers["slurm"] = self.slurm.snapshot
         if self.bench_state is not None:
             self.providers["bench"] = self.bench_state.snapshot
+        if self.history is not None:  # gpuledger scaling --history FILE records into the same file
+            self.providers["scaling"] = ScalingResults(Path(self.history.path), time.monotonic).snapshot
         self.features = tuple(f.name for f in FEATURES if f.part is None or f.name in self.providers)
         self.sampler = Sampler(
             self.reader,

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from analytics import cli as analytics_cli
-from analytics.sources.scaling_records import BENCH
 from daemonkit.argcheck import writable_file
 from daemonkit.settings import ConfigError
+from domain.scaling import BENCH
 from gpuledger import scaling_math as sm
 from gpuledger import scaling_run
 from gpuledger.scaling_report import Result, Row, median_times, table, to_json

@@ -12,6 +12,7 @@ AR = 'job=~"$job", backend=~"$backend"'
 TRAIN = 'job=~"$job", model=~"$bench_model"'
 NO_OVERLAP, FULL_OVERLAP = 'overlap="none"', 'overlap="full"'
 SKIPPED = 'result="skipped_busy"'
+JOB_ONLY = 'job=~"$job"'
 TX = 'direction="tx"'
 TIMES = "suffix:×"
 SAMPLES = "suffix: samples/s"
@@ -54,6 +55,7 @@ def build() -> Dashboard:
     )
     _allreduce(d)
     _training(d)
+    _your_models(d)
     _gemm(d)
     _runs(d)
     return d
@@ -268,6 +270,35 @@ def _training(d: Dashboard) -> None:
         ),
         24,
         7,
+    )
+
+
+def _scaling(metric: str) -> str:
+    """A figure of the users' own scripts (gpuledger scaling --history), by model, kind and GPU count."""
+    return f"max by (name, scaling, world_size) ({sel(f'gpuledger_scaling_{metric}', JOB_ONLY)})"
+
+
+def _your_models(d: Dashboard) -> None:
+    d.row("Your models (gpuledger scaling --history)")
+    d.add(
+        table(
+            "Does multi-GPU pay for your model?",
+            "The last gpuledger scaling run of each of your training scripts: per GPU count its steady step time "
+            "(start-up and warm-up excluded), speedup against one GPU, efficiency (bar: ≥ 80 % cheap, 60–80 % "
+            "the usual price, under 60 % dear) and cost per 1,000 steps with the run's prices (docs/benchmarks.md).",
+            [
+                Col("step", _scaling("step_seconds"), "s"),
+                Col("speedup", _scaling("speedup_ratio"), TIMES),
+                Col("efficiency", _scaling("efficiency_ratio"), "percentunit", gauge=True, thresholds=EFFICIENCY),
+                Col("per 1,000 steps", _scaling("cost_per_1000_steps"), "none"),
+            ],
+            ["name", "scaling", "world_size"],
+            rename={"name": "model", "world_size": "GPUs"},
+            numeric={"world_size": "none"},
+            desc=False,
+        ),
+        24,
+        8,
     )
 
 

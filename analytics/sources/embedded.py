@@ -17,7 +17,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
-from analytics.sources import scaling_records
 from analytics.sources.base import (
     GpuFigures,
     JobFigures,
@@ -33,6 +32,7 @@ from analytics.sources.base import (
     percentile,
 )
 from analytics.sources.enrich import Enriched
+from domain import scaling
 from domain.states import FAILED
 from domain.week import BenchRun, BenchWeek, FailureWeek, GpuDay, GpuWeek, JobWeek, QueueWeek, ScalingRun, Window
 from exporter import history
@@ -242,7 +242,7 @@ class EmbeddedSource(Enriched):
         throughput: dict[int, float] = {}
         model = ""
         found = False
-        scaling: list[ScalingRun] = []
+        runs_of_scripts: list[ScalingRun] = []  # gpuledger scaling's records
         for r in history.bench_records(self.db, w.start):  # in time order
             if not (r.finished < w.end and r.result in ("ok", "failed") and r.data and r.data.startswith("{")):
                 continue
@@ -250,9 +250,9 @@ class EmbeddedSource(Enriched):
                 ar = allreduce_from(r.data)
                 busbw[ar.world_size].append(BenchRun(r.finished, ar.busbw_largest))
                 found = True
-            elif r.bench == scaling_records.BENCH:
-                if (run := scaling_records.scaling_from(r.finished, r.data)) is not None:
-                    scaling.append(run)
+            elif r.bench == scaling.BENCH:
+                if (run := scaling.scaling_from(r.finished, r.data)) is not None:
+                    runs_of_scripts.append(run)
                     found = True
             elif r.bench == "train":
                 t = train_from(r.data)
@@ -270,7 +270,7 @@ class EmbeddedSource(Enriched):
             return {n: tuple(v) for n, v in sorted(d.items())}
 
         week = BenchWeek.of_runs(runs(busbw), runs(speedup), runs(efficiency), throughput, model)
-        return dataclasses.replace(week, scaling=scaling_records.last_per_name(scaling))
+        return dataclasses.replace(week, scaling=scaling.last_per_name(runs_of_scripts))
 
 
 def _daily(w: Window, sampled: list[float], busy: list[float], energy: list[float] | None) -> tuple[GpuDay, ...]:

@@ -14,6 +14,7 @@ Only plain PromQL and the query/query_range endpoints are used.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from analytics.sources.enrich import Enriched
 from analytics.sources.promapi import PromAPI, QueryError, Series, label_value, rng
 from domain import states
 from domain.jobs import CLUSTER_SEP
-from domain.week import BenchRun, BenchWeek, FailureWeek, QueueWeek, Window, days
+from domain.week import BenchRun, BenchWeek, FailureWeek, QueueWeek, ScalingPoint, ScalingRun, Window, days
 
 FAILED = states.regex(states.FAILED)
 LOOKBACK = "7d"  # data this long before a window means the history began before it
@@ -122,13 +123,46 @@ class PromQLSource(Enriched):
 
         busbw = runs("gpuledger_bench_allreduce_largest_busbw_bytes_per_second")
         speedup = runs("gpuledger_bench_train_speedup_ratio")
+        scripts = self._scaling_runs(w)
         if not busbw and not speedup:
-            return None
+            return BenchWeek(scaling=scripts) if scripts else None
         throughput = by_size("gpuledger_bench_train_throughput_samples_per_second")
         models = self.api.query(f"last_over_time(gpuledger_bench_train_speedup_ratio[{r}])", w.end)
         model = models[0].labels.get("model", "") if models else ""
         efficiency = runs("gpuledger_bench_train_scaling_efficiency_ratio")
-        return BenchWeek.of_runs(busbw, speedup, efficiency, throughput, model)
+        week = BenchWeek.of_runs(busbw, speedup, efficiency, throughput, model)
+        return dataclasses.replace(week, scaling=scripts)
+
+    def _scaling_runs(self, w: Window) -> tuple[ScalingRun, ...]:
+        """The users' own scripts (``gpuledger scaling --history``, served by the exporter): the last
+        run of each model name that ended in the window, its figures as served (no verdict: the
+        command's sentence is not a metric)."""
+        r = rng(w.seconds)
+        by = "name, scaling, world_size"
+        figures = ("step_seconds", "speedup_ratio", "efficiency_ratio", "throughput_samples_per_second")
+        asked = [f"max by (name) (last_over_time(gpuledger_scaling_last_run_timestamp_seconds[{r}]))"]
+        asked += [f"max by ({by}) (last_over_time(gpuledger_scaling_{f}[{r}]))" for f in figures]
+        asked.append(f"max by ({by}, currency) (last_over_time(gpuledger_scaling_cost_per_1000_steps[{r}]))")
+        last, *answers, cost = self.api.query_many([(q, w.end) for q in asked])
+        ended = {s.labels.get("name", ""): s.value for s in last if w.start <= s.value < w.end}
+        values: dict[tuple[str, str, int], list[float | None]] = {}
+        currency: dict[str, str] = {}
+        for i, answer in enumerate([*answers, cost]):
+            for s in answer:
+                get = s.labels.get
+                if get("name", "") not in ended or not get("world_size", "").isdigit():
+                    continue
+                key = (get("name", ""), get("scaling", ""), int(get("world_size", "")))
+                values.setdefault(key, [None] * (len(figures) + 1))[i] = s.value
+                if i == len(figures):
+                    currency[key[0]] = get("currency", "")
+        by_name: dict[tuple[str, str], list[ScalingPoint]] = {}
+        for (name, kind, n), (step, speed, eff, tput, per_k) in sorted(values.items()):
+            by_name.setdefault((name, kind), []).append(ScalingPoint(n, "ok", step, speed, eff, tput, per_k))
+        return tuple(
+            ScalingRun(name, ended[name], kind, "", "GPUs", currency.get(name, ""), tuple(points), ())
+            for (name, kind), points in sorted(by_name.items())
+        )
 
     def job_records(self, w: Window) -> JobRecords:
         """The scheduler's records (``gpuledger_slurm_job_info``) and the claims

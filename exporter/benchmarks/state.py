@@ -5,6 +5,7 @@ table through an immutable ``BenchSnapshot``."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from exporter.benchmarks.results import (
     plain,
 )
 from exporter.benchmarks.runner import Outcome
+
+log = logging.getLogger(__name__)
 
 RESULTS = ("ok", "failed", "timeout", "skipped_busy", "skipped_no_gpu")
 
@@ -85,9 +88,16 @@ class BenchState:
         counts are counters of this process and start at zero."""
         with self._lock:
             for r in records:
+                parse = PARSERS.get(r.bench)
+                if parse is None:  # another tool's record (gpuledger scaling): exporter.benchmarks.scaling
+                    continue
                 self._last[(r.bench, r.result)] = r.finished
                 if r.result in ("ok", "failed") and r.data and r.data.startswith(("{", "[")):
-                    self._latest[r.bench] = PARSERS[r.bench](r.data)
+                    try:
+                        self._latest[r.bench] = parse(r.data)
+                    except ValueError as e:  # a damaged or hand-edited record: the next one may do
+                        log.warning("history: benchmark record %s of %.0f skipped: %s", r.bench, r.finished, e)
+                        continue
                     if r.duration is not None:
                         self._duration[r.bench] = r.duration
 

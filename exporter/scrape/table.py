@@ -12,6 +12,7 @@ where a metric comes from, start at the feature that registers it:
 - ``jobs``: ``exporter.sampling.job_metrics``
 - ``slurm``: ``exporter.slurm.metrics``
 - ``bench``: ``exporter.benchmarks.metrics``
+- ``scaling``: ``exporter.benchmarks.scaling_metrics`` (gpuledger scaling's results in the history)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter.benchmarks import metrics as bench
+from exporter.benchmarks import scaling_metrics as scaling
 from exporter.history import metrics as history
 from exporter.registry import Feature, MetricDef, assemble
 from exporter.sampling import gpu_metrics, job_metrics, mig_metrics
@@ -34,6 +36,7 @@ FEATURES: tuple[Feature[Any], ...] = (
     job_metrics.FEATURE,
     slurm.FEATURE,
     bench.FEATURE,
+    scaling.FEATURE,
 )
 """Every feature, in the order of the table (and of the exposition)."""
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from analytics.config import PrometheusSettings
 from analytics.cost import CostModel
 from analytics.report.access import for_user
 from analytics.report.build import build
@@ -17,11 +18,13 @@ from analytics.report.jsonio import from_json, to_json
 from analytics.report.markdown import to_markdown
 from analytics.report.model import Report
 from analytics.sources.embedded import EmbeddedSource
+from analytics.sources.prometheus import PrometheusSource
 from domain.week import iso_week
 from exporter import history
 from exporter.benchmarks.records import BenchRecord
 from gpuledger.scaling_report import Result, Row
 from gpuledger.scaling_report import to_json as scaling_json
+from tests.support.prometheus import PrometheusServer
 
 WEEK = iso_week("2026-W47")  # Monday 2026-11-16, UTC
 
@@ -72,3 +75,43 @@ def test_the_table_renders_and_round_trips(report: Report) -> None:
 def test_a_user_without_the_fleets_totals_does_not_see_them(report: Report) -> None:
     assert for_user(report, "ann", {}, fleet_totals=False).scaling == []
     assert for_user(report, "ann", {}, fleet_totals=True).scaling == report.scaling
+
+
+def _openmetrics(path: Path) -> None:
+    """What Prometheus scraped of an exporter serving two runs: llama-ft's of Thursday (replacing
+    Tuesday's) and one from the week before (not this week's), every minute of the week."""
+    node = 'instance="gpu-node-01:10044",job="gpuledger"'
+    lines = []
+    runs = (("llama-ft", WEEK.start + 3 * 86400, 0.06), ("old-model", WEEK.start - 86400, 0.05))
+    for t in range(int(WEEK.start), int(WEEK.end), 60):
+        for name, finished, t2 in runs:
+            if t < finished:
+                continue
+            for n, step in ((1, 0.1), (2, t2)):
+                lab = f'{node},name="{name}",scaling="weak",world_size="{n}"'
+                lines.append(f"gpuledger_scaling_step_seconds{{{lab}}} {step} {t}")
+                lines.append(f"gpuledger_scaling_speedup_ratio{{{lab}}} {n * 0.1 / step} {t}")
+                lines.append(f"gpuledger_scaling_efficiency_ratio{{{lab}}} {0.1 / step} {t}")
+                lines.append(f'gpuledger_scaling_cost_per_1000_steps{{{lab},currency="EUR"}} {2 * n * step} {t}')
+            lines.append(f'gpuledger_scaling_last_run_timestamp_seconds{{{node},name="{name}"}} {finished} {t}')
+    lines.sort(key=lambda x: (x.rsplit(" ", 2)[0], int(x.rsplit(" ", 1)[1])))  # each series' samples together
+    path.write_text("\n".join(lines) + "\n# EOF\n")
+
+
+@pytest.mark.integration
+def test_prometheus_reads_the_runs_the_exporter_serves(tmp_path: Path) -> None:
+    _openmetrics(tmp_path / "scaling.om")
+    server = PrometheusServer.backfilled(tmp_path, tmp_path / "scaling.om")
+    try:
+        source = PrometheusSource(PrometheusSettings(url=server.url, kube_state_metrics=False))
+        try:
+            bench = source.bench(WEEK)
+        finally:
+            source.api.close()
+    finally:
+        server.stop()
+    assert bench is not None
+    (run,) = bench.scaling  # the week before's run is not this week's
+    assert (run.name, run.finished, run.scaling, run.currency) == ("llama-ft", WEEK.start + 3 * 86400, "weak", "EUR")
+    assert [(p.n, p.step_seconds, p.cost_per_1000_steps) for p in run.points] == [(1, 0.1, 0.2), (2, 0.06, 0.24)]
+    assert run.points[1].speedup == pytest.approx(2 * 0.1 / 0.06)

@@ -14,6 +14,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.registry import CollectorRegistry
 
 from domain.jobs import JobKey
+from domain.week import ScalingPoint, ScalingRun
 from exporter.attribution.shares import JobCounters
 from exporter.benchmarks.results import (
     AllreduceLinks,
@@ -24,6 +25,7 @@ from exporter.benchmarks.results import (
     allreduce_row,
     train_result,
 )
+from exporter.benchmarks.scaling import ScalingSnapshot
 from exporter.benchmarks.state import BenchSnapshot
 from exporter.history.metrics import HistoryStats
 from exporter.readers import EccErrors, GpmActivity, GpuLost, Grows, Process, RemappedRows
@@ -83,7 +85,9 @@ def fixed_snapshot() -> Snapshot:
     return dataclasses.replace(
         s.snapshot,
         sample_duration_seconds=0.00125,
-        parts=by_type([HistoryStats(42, 1), proc, bench_snapshot(), queue_snapshot(), AttributionStatus(True)]),
+        parts=by_type(
+            [HistoryStats(42, 1), proc, bench_snapshot(), queue_snapshot(), AttributionStatus(True), scaling_snapshot()]
+        ),
         gpus=(with_jobs(s.snapshot.gpus[0]), *s.snapshot.gpus[1:]),
     )
 
@@ -96,6 +100,15 @@ def with_jobs(g: GpuSnapshot) -> GpuSnapshot:
         JobKey("", "root", "train-0", 'ml"ops', "trainer"): JobCounters(4.0, 1.0, 500.0, 2.5, 0.0, holding=False),
     }
     return dataclasses.replace(g, jobs=jobs)
+
+
+def scaling_snapshot() -> ScalingSnapshot:
+    """One model measured by gpuledger scaling at 1 and 2 GPUs, the second count without samples/step."""
+    points = (
+        ScalingPoint(1, "ok", 0.1, 1.0, 1.0, 160.0, 0.1),
+        ScalingPoint(2, "ok", 0.0625, 3.2, 1.6, None, 0.125),
+    )
+    return ScalingSnapshot((ScalingRun('lm "7b"', 1_795_990_000.0, "weak", "step timer", "GPUs", "EUR", points, ()),))
 
 
 def queue_snapshot() -> QueueSnapshot:

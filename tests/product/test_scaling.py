@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from analytics.sources.scaling_records import scaling_from
+from domain.scaling import scaling_from
 from exporter import history
 from gpuledger import scaling, steptimer
 from gpuledger import scaling_math as sm

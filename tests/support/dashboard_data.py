@@ -237,6 +237,13 @@ def _bench(f: Fleet, out: IO[str], times: list[float], job: str) -> None:
         )
     _series(out, "gpuledger_bench_allreduce_average_busbw_bytes_per_second", ar, after(95e9))
     _series(out, "gpuledger_bench_allreduce_wrong_elements", ar, after(0.0))
+    # a user's own script measured by gpuledger scaling --history at 1, 2 and 4 GPUs (the exporter serves it)
+    for n, step in ((1, 0.2), (2, 0.11), (4, 0.065)):
+        model = {**node, "name": "llama-ft", "scaling": "weak", "world_size": str(n)}
+        _series(out, "gpuledger_scaling_step_seconds", model, after(step))
+        _series(out, "gpuledger_scaling_speedup_ratio", model, after(n * 0.2 / step))
+        _series(out, "gpuledger_scaling_efficiency_ratio", model, after(0.2 / step))
+        _series(out, "gpuledger_scaling_cost_per_1000_steps", {**model, "currency": "EUR"}, after(n * step * 1000))
     line_rate = 18 * 26_562e6  # an H100's 18 NVLink4 links per direction
     _series(out, "gpuledger_bench_allreduce_nvlink_line_rate_bytes_per_second", ar, after(line_rate))
     _series(out, "gpuledger_bench_allreduce_busbw_line_rate_ratio", ar, after(170e9 * 16 / 17 / line_rate))

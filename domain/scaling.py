@@ -1,5 +1,6 @@
 """``gpuledger scaling`` results as the history keeps them (``bench_runs``, bench ``scaling``, the
-command's ``--json`` document as data): read back into ``domain.week.ScalingRun``.
+command's ``--json`` document as data): read back into ``domain.week.ScalingRun`` by the exporter
+(its ``/metrics``) and the analytics (the weekly report) alike.
 
 A record that is not such a document (damaged, hand-edited, from a later version with another
 shape) is skipped, never guessed at: ``scaling_from`` returns None and the caller says nothing of it.
