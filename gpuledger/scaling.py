@@ -69,6 +69,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="end a run and all its processes after S seconds (default 600)",
     )
+    p.add_argument(
+        "--finish",
+        type=int,
+        metavar="STEPS",
+        help="the training's length in steps on one GPU (epochs x steps per epoch): time and money to finish it",
+    )
     p.add_argument("--name", help="a name for this model (default: the script's)")
     p.add_argument("--json", metavar="FILE", help="write the result here")
     p.add_argument(
@@ -135,6 +141,8 @@ def check(args: argparse.Namespace, gpus: list[str]) -> tuple[list[str], list[in
         raise UsageError(f"--repeat must be at least 1 (got {args.repeat})")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be 0 or more (got {args.warmup})")
+    if args.finish is not None and args.finish < 1:
+        raise UsageError(f"--finish must be a number of steps, 1 or more (got {args.finish})")
     if args.python == sys.executable and importlib.util.find_spec("torch") is None:
         raise UsageError(f"torch is not installed in {sys.executable}: pip install torch (or give --python)")
     return script, counts, (pair[0], pair[1])
@@ -166,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         energy="not measured yet" if gpus else "no GPU energy counters on CPU",
         warmup=args.warmup,
         repeat=args.repeat,
+        finish_steps=args.finish,
     )
     runs_per_n = 2 * args.repeat if placeholder else 1
     _say(
@@ -189,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
                 )
                 taken.append(r.seconds)
                 row.runs.append({"steps": steps, "seconds": r.seconds})
+                row.transport = r.transport or row.transport
                 if not r.ok:
                     _failed(row, r, args.timeout)
                     break

@@ -17,6 +17,7 @@ class Row:
     samples_per_step: float | None = None  # all ranks together
     runs: list[dict[str, Any]] = field(default_factory=list)  # {"steps", "seconds"} of each run
     grad_bytes: int | None = None
+    transport: str | None = None  # how NCCL moved the data (its own log); None: not said (gloo, CPU)
     error: str = ""
     tail: list[str] = field(default_factory=list)
 
@@ -35,6 +36,7 @@ class Result:
     warmup: int = 0
     repeat: int = 1
     rows: list[Row] = field(default_factory=list)
+    finish_steps: int | None = None  # the training's length, in steps at one GPU (--finish)
 
     def baseline(self) -> Row | None:
         return next((r for r in self.rows if r.n == 1 and r.step_seconds), None)
@@ -49,6 +51,17 @@ class Result:
         if r.step_seconds is None or not r.samples_per_step:
             return None
         return sm.cost_per_steps(self.price_per_gpu_hour, r.n, r.step_seconds, 1) / r.samples_per_step
+
+    def to_finish(self, r: Row) -> tuple[float, float] | None:
+        """(seconds, cost) to finish ``finish_steps`` one-GPU steps at ``r``'s N: the same work, at
+        the measured speedup (weak: each step does N one-GPU steps' samples; strong: the same steps,
+        each faster)."""
+        b = self.baseline()
+        s = self.speedup(r)
+        if self.finish_steps is None or b is None or b.step_seconds is None or not s or s <= 0:
+            return None
+        seconds = self.finish_steps * b.step_seconds / s
+        return seconds, seconds / 3600 * r.n * self.price_per_gpu_hour
 
     def verdicts(self) -> list[str]:
         b = self.baseline()
@@ -76,6 +89,14 @@ class Result:
 
 def _f(x: float | None, fmt: str) -> str:
     return "n/a" if x is None else format(x, fmt)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def table(res: Result) -> str:
@@ -121,6 +142,21 @@ def table(res: Result) -> str:
             line += "".join(f"  {sec:>5.1f} ({steps:>5})" for steps, sec in median_times(r.runs))
         lines.append(line.replace(" n/a%", "  n/a"))
     lines += [f"# {v}" for v in res.verdicts()]
+    said = [(r.n, r.transport) for r in res.rows if r.n > 1 and r.transport]
+    if said:
+        lines.append("# communication (NCCL's own log): " + "; ".join(f"{n} {res.unit} {t}" for n, t in said))
+    elif res.unit == "ranks":
+        lines.append(
+            "# communication: not named on CPU (gloo; on GPUs NCCL's log names NVLink, PCIe, SHM or the network)"
+        )
+    else:
+        lines.append("# communication: not named (no NCCL INFO lines: NCCL_DEBUG set by you, or not NCCL)")
+    done = [(r, took) for r in res.rows if (took := res.to_finish(r)) is not None]
+    if done:
+        lines.append(
+            f"# to finish {res.finish_steps:,} steps of one GPU: "
+            + "; ".join(f"{r.n} {res.unit} {_duration(sec)}, {cost:,.2f} {cur}" for r, (sec, cost) in done)
+        )
     f = res.fit()
     if f is not None:
         lines.append(
@@ -153,6 +189,8 @@ def to_json(res: Result) -> dict[str, Any]:
         )
         row["cost_per_sample"] = res.cost_per_sample(r)
         row["energy_per_step_joules"] = None
+        finish = res.to_finish(r)
+        row["finish_seconds"], row["finish_cost"] = finish if finish is not None else (None, None)
     f = res.fit()
     doc["verdicts"] = res.verdicts()
     doc["prediction"] = None if f is None else {**asdict(f), "predicted_efficiency": f.predicted_efficiency}

@@ -9,7 +9,9 @@ then SIGKILL until none is left); only if the reaper itself does not exit is its
 
 The script's environment is ours plus what torchrun sets, plus ``GPULEDGER_SCALING_N`` (the
 world size), ``GPULEDGER_SCALING_STEPS`` (the step count substituted, if any) and
-``GPULEDGER_SCALING_STEP_DIR`` (where ``gpuledger.steptimer`` writes each rank's step times).
+``GPULEDGER_SCALING_STEP_DIR`` (where ``gpuledger.steptimer`` writes each rank's step times), and
+``NCCL_DEBUG=INFO`` with ``NCCL_DEBUG_SUBSYS=INIT,GRAPH`` unless the user set ``NCCL_DEBUG``
+(NCCL's own account of the transport it chose: ``gpuledger.nccl_log``).
 Its stdout and stderr go to a log; the last lines are kept for the message when it fails.
 """
 
@@ -29,6 +31,7 @@ from typing import Any
 
 from exporter.benchmarks.reaper import KILL_WINDOW
 from exporter.benchmarks.runner import kill_group
+from gpuledger import nccl_log
 from gpuledger.steptimer import STEP_DIR_ENV
 
 GRACE = 5.0  # seconds between SIGTERM and SIGKILL at the timeout
@@ -45,6 +48,7 @@ class Run:
     tail: list[str] = field(default_factory=list)  # the last lines the script wrote
     rank_exit: int | None = None  # the exit code of the rank that failed first (torchrun's summary)
     ranks: list[dict[str, Any]] = field(default_factory=list)  # the step timer's files, by rank
+    transport: str | None = None  # how NCCL moved the data, from its log (gpuledger.nccl_log); None: not said
 
     @property
     def ok(self) -> bool:
@@ -69,7 +73,7 @@ def run(python: str, n: int, script: list[str], steps: int | None, timeout: floa
     with tempfile.TemporaryDirectory(prefix="gpuledger-scaling-") as tmp:
         step_dir = Path(tmp) / "steps"
         step_dir.mkdir()
-        env = dict(os.environ)
+        env = nccl_log.env_for(dict(os.environ))
         env.update(GPULEDGER_SCALING_N=str(n), **{STEP_DIR_ENV: str(step_dir)})
         if steps is not None:
             env["GPULEDGER_SCALING_STEPS"] = str(steps)
@@ -97,6 +101,8 @@ def run(python: str, n: int, script: list[str], steps: int | None, timeout: floa
                 raise
             out.seconds = time.monotonic() - t0
         out.tail, out.rank_exit = _tail(log_path)
+        with contextlib.suppress(OSError), log_path.open(errors="replace") as f:
+            out.transport = nccl_log.transport(f)
         out.ranks = _step_files(step_dir)
     return out
 
@@ -130,6 +136,7 @@ def _tail(path: Path) -> tuple[list[str], int | None]:
             cut = max((i for i in range(failed) if lines[i].startswith("Traceback")), default=failed)
     kept = [line for line in lines[:cut] if line.strip() and not set(line.strip()) <= {"*"}]
     kept = [line for line in kept if not line.startswith("Setting OMP_NUM_THREADS environment variable")]
+    kept = [line for line in kept if "NCCL INFO" not in line]  # what the run asked NCCL for, not the script
     root = ROOT_EXIT.search(text)
     return kept[-TAIL_LINES:], int(root[1]) if root else None
 

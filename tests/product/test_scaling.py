@@ -129,6 +129,25 @@ def test_table_says_how_it_measured_and_never_prints_zero_energy() -> None:
     assert two["energy_per_step_joules"] is None
     no_samples = table(_result("weak", None))
     assert "per unit of work" in no_samples and "n/a" in no_samples
+    assert "to finish" not in text and two["finish_seconds"] is None  # without --finish
+
+
+@pytest.mark.parametrize("kind", ["strong", "weak"])
+def test_time_and_money_to_finish_the_training(kind: sm.Scaling) -> None:
+    """--finish S: S steps of one GPU's work take S x t(1) / speedup(N) at N, and N GPUs' hours of it."""
+    res = _result(kind)
+    res.finish_steps = 360_000
+    doc = to_json(res)
+    speedup = 2 * 0.05 / 0.03 if kind == "weak" else 0.05 / 0.03
+    one, two = doc["rows"][0], doc["rows"][1]
+    assert one["finish_seconds"] == pytest.approx(360_000 * 0.05) == 18_000.0  # 5 h on one
+    assert two["finish_seconds"] == pytest.approx(18_000 / speedup)
+    assert one["finish_cost"] == pytest.approx(5 * PRICE)
+    assert two["finish_cost"] == pytest.approx(18_000 / speedup / 3600 * 2 * PRICE)
+    assert doc["rows"][2]["finish_seconds"] is None  # failed at 4: no figure, not 0
+    text = table(res)
+    assert "# to finish 360,000 steps of one GPU: 1 ranks 5.0 h, " in text
+    assert {"strong": "2 ranks 3.0 h, ", "weak": "2 ranks 90 min, "}[kind] in text  # 10,800 s; 5,400 s
 
 
 def test_step_timer_is_a_pass_through_without_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,6 +215,7 @@ def test_bad_input_is_one_line_and_exit_2(
     assert "--repeat" in _one_line(["--repeat", "0", "--", EXAMPLE], capsys)
     assert "--json" in _one_line(["--json", str(tmp_path / "no" / "r.json"), "--", EXAMPLE], capsys)
     assert "--history" in _one_line(["--history", str(tmp_path), "--", EXAMPLE], capsys)  # a folder
+    assert "--finish must be a number of steps" in _one_line(["--finish", "0", "--", EXAMPLE], capsys)
     monkeypatch.setattr(scaling, "local_gpus", lambda: ["NVIDIA H200"])
     assert "this machine has 1 GPUs" in _one_line(["--gpus", "1,2", "--", EXAMPLE], capsys)
 
@@ -280,6 +300,7 @@ def test_step_timer_weak_scaling(tmp_path: Path) -> None:
         assert row["cost_per_1000_steps"] == pytest.approx(PRICE * n * row["step_seconds"] * 1000 / 3600)
     assert 1.4 < rows[2]["speedup"] < 2.2  # truth: 2x, less the all-reduce
     assert "weak scaling" in r.stdout and "samples/s" in r.stdout and "per sample" in r.stdout
+    assert "# communication: not named on CPU (gloo" in r.stdout and "NCCL INFO" not in r.stderr
 
 
 @pytest.mark.integration
