@@ -32,7 +32,7 @@ def _statement_grouping(v: str) -> str:
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PrometheusSettings(_Section):

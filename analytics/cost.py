@@ -26,7 +26,7 @@ JOULES_PER_KWH = 3.6e6
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class TariffWindow(_Model):

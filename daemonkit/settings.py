@@ -63,7 +63,9 @@ class LayeredSettings(BaseSettings):
     file comes from ``toml_file`` or ``yaml_file`` in its config, which :func:`load_settings`
     sets for one load."""
 
-    model_config = SettingsConfigDict(env_nested_delimiter="__", extra="forbid", validate_default=True)
+    model_config = SettingsConfigDict(
+        env_nested_delimiter="__", extra="forbid", validate_default=True, allow_inf_nan=False
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -6,14 +6,15 @@ import re
 
 from analytics.report.model import Report
 from analytics.report.text import EXAMPLE_PRICES, facts, headline, subtitle, summary, tables, title
+from daemonkit.pages import visible
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&#])")
 
 
 def md_escape(text: str) -> str:
     """Backslash-escape what could break a table cell or start markup (pipes, HTML, links);
-    line breaks become spaces."""
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
+    line breaks become spaces, control characters visible text (``daemonkit.pages.visible``)."""
+    return _MD_SPECIAL.sub(r"\\\1", visible(" ".join(text.splitlines())))
 
 
 def _md_table(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> list[str]:

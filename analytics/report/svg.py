@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TypeGuard
 
+from daemonkit.pages import visible
+
 COLORS = ("#2f6db5", "#e39b2d", "#8795a8", "#b3261e")
 MUTED = "#5f6b7a"
 GRID = "#d9dee5"
@@ -19,7 +21,8 @@ Fmt = Callable[[float], str]
 
 
 def esc(text: str) -> str:
-    return html.escape(text, quote=True)
+    """XML-escaped, control characters as visible text (``daemonkit.pages.visible``)."""
+    return html.escape(visible(text), quote=True)
 
 
 def _plain(v: float) -> str:

@@ -19,7 +19,7 @@ from analytics.report.output import write_atomic
 from analytics.report.text import DASH, co2e, hours, kwh, money, pct
 from analytics.statements.job import JobFigures, stalled_share
 from analytics.statements.statement import JobLine, Statement
-from daemonkit.pages import environment
+from daemonkit.pages import environment, visible
 
 FORMATS = ("html", "md", "csv")
 KEY_CHARS = 48  # of a key in a file name; a key changed to fit gets a hash of the original
@@ -288,4 +288,4 @@ def job_text(f: JobFigures) -> str:
     ]
     if f.advice:
         lines.append(f"Scaling: {f.advice}")
-    return "\n".join(lines)
+    return visible("\n".join(lines))  # a name's terminal escapes printed as text, not run by the terminal

@@ -182,7 +182,10 @@ def check(db: sqlite3.Connection, path: Path) -> None:
     try:
         rows = [str(r[0]) for r in db.execute("PRAGMA quick_check(3)").fetchall()]
     except sqlite3.DatabaseError as e:
-        raise damaged(path, str(e)) from e
+        if is_damage(e):
+            raise damaged(path, str(e)) from e
+        # a full disk, an I/O error, a read-only folder: the file may be intact; never moved aside
+        raise HistoryError(f"history file {path}: cannot read it now: {_reason(e)}") from e
     if rows != ["ok"]:
         raise damaged(path, "\n".join(rows), "quick_check")
 
@@ -247,8 +250,12 @@ def _reason(e: sqlite3.Error | OSError) -> str:
     if isinstance(e, OSError):
         return str(e.strerror or e)
     text = str(e)
-    if "readonly" in text or "unable to open" in text:
+    if is_full(e):
+        text += " (the disk is full: the history is kept, and written again once there is room)"
+    elif "readonly" in text or "unable to open" in text:
         text += " (can this user write the file and its folder? SQLite adds -wal and -shm files there)"
+    elif "disk I/O error" in text:
+        text += " (a full disk or a failing one: the history is kept, not moved aside; free space or check the disk)"
     return text
 
 

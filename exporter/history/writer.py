@@ -237,6 +237,8 @@ class HistoryWriter:
             probe.close()
             self._replace(str(e))
             return
+        except HistoryError as e:  # a full disk or an I/O error: the file is kept, writes retried
+            log.warning("%s", e)
         probe.close()
 
     def _write(self) -> None:
