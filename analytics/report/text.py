@@ -124,6 +124,10 @@ Columns = list[tuple[str, Callable[[T], str]]]  # header ("{cur}" becomes the cu
 
 COST: Columns[CostRow] = [
     ("GPUs", lambda c: f"{c.gpus:,}"),
+    # the conserved figure: a grouping's rows and the unallocated row add up to the fleet's
+    ("Charged GPU-h", lambda c: hours(c.sampled_gpu_hours)),
+    # a job's or user's hours holding the GPUs (a shared GPU's hours count once per holder)
+    ("Held GPU-h", lambda c: hours(c.allocated_gpu_hours)),
     ("Utilisation", lambda c: pct(c.utilization)),
     ("SM activity", lambda c: pct(c.sm_activity)),
     ("Useful GPU-h", lambda c: hours(c.useful_gpu_hours)),

@@ -99,3 +99,24 @@ def test_a_user_sees_only_their_own_jobs_traffic(report: Report) -> None:
     mine = for_user(report, "bob", {"11": "ann", "12": "bob", "13": "cy"}, fleet_totals=False)
     assert [x.job for x in mine.link_jobs] == ["12"]
     assert "11" not in to_markdown(mine).split("Multi-GPU jobs")[1].split("\n## ")[0]
+
+
+def _md_table(md: str, heading: str) -> list[dict[str, str]]:
+    """The rows of the Markdown table under the heading that starts with ``heading``, by header."""
+    section = md.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
+    lines = [x for x in section.splitlines() if x.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(head, (c.strip() for c in x.strip("|").split("|")), strict=True)) for x in lines[2:]]
+
+
+def test_the_jobs_and_users_tables_show_charged_beside_held(report: Report) -> None:
+    """Charged hours (a shared GPU's minute split between its jobs) add up to the fleet with the
+    unallocated row; held hours count a shared minute once per job that held it."""
+    md = to_markdown(report)
+    jobs = {r["Job"]: r for r in _md_table(md, "Jobs")}
+    assert (jobs["12"]["Charged GPU-h"], jobs["12"]["Held GPU-h"]) == ("1.0 h", "1.5 h")  # 3/4 + 1/2 x 1/2; 1 + 1/2
+    assert (jobs["11"]["Charged GPU-h"], jobs["11"]["Held GPU-h"]) == ("1.8 h", "2.0 h")
+    users = _md_table(md, "Users")
+    charged = [float(r["Charged GPU-h"].removesuffix(" h")) for r in users]
+    fleet = report.fleet.sampled_gpu_hours
+    assert sum(charged) == pytest.approx(fleet, abs=0.05 * len(charged))  # users + unallocated: the fleet
