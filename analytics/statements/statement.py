@@ -166,7 +166,12 @@ def statement_of(
             mine.setdefault(k, j)
             partitions[k] = partitions.get(k) or j.partition
     lines = []
-    for k, j in sorted(mine.items(), key=lambda kv: (-rows[kv[0]].total_cost if kv[0] in rows else 0.0, kv[0])):
+    def worst_waste_first(kv: tuple[str, JobWeek]) -> tuple[float, float, str]:
+        """The jobs whose hours were least useful, by what those hours cost (idle cost), then cost."""
+        r = rows.get(kv[0])
+        return (-r.idle_cost, -r.total_cost, kv[0]) if r is not None else (0.0, 0.0, kv[0])
+
+    for k, j in sorted(mine.items(), key=worst_waste_first):
         if k not in rows:
             continue
         state = (states or {}).get(j.job.job_id, "") if j.job.job_id else ""

@@ -205,6 +205,22 @@ def test_account_statement_from_week_data() -> None:
     assert statement_of(data.jobs, r, "account", "grant-z", None).totals.jobs == 0
 
 
+def test_a_users_jobs_come_worst_waste_first() -> None:
+    """ann's jobs: a 2-GPU-hour job nearly always busy, and a cheaper one that held its GPU an hour
+    and did nothing. The idle one leads her statement though it cost less: its hours were wasted."""
+    w = Window(0, 7200, "t")
+    gpus = (gpu_week("GPU-0", "h1", sampled_h=2, busy_h=1.9), gpu_week("GPU-1", "h1", gpu="1", sampled_h=2, busy_h=0))
+    jobs = (
+        JobWeek("GPU-0", "h1", JobKey("20", "ann"), 7200, 1.9 * H, 0.0),
+        JobWeek("GPU-1", "h1", JobKey("21", "ann"), 3600, 0.0, 0.0),
+    )
+    r = build(WeekData(w, "t", gpus, jobs), FullSettings(cost=H200_COST).cost, now=7200)
+    rows = {x.key: x for x in r.group("job")}
+    assert rows["20"].total_cost > rows["21"].total_cost and rows["21"].idle_cost > rows["20"].idle_cost
+    st = statement_of(jobs, r, "user", "ann", None)
+    assert [x.job for x in st.jobs] == ["21", "20"]
+
+
 def test_scaling_advice_from_measured_efficiency() -> None:
     bench = BenchWeek(speedup={1: 1.0, 4: 3.06, 8: 4.96}, efficiency={4: 0.765, 8: 0.62}, throughput_1=100.0)
     data, r = _account_week(bench)
