@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import sqlite3
 import ssl
 import time
@@ -32,7 +33,10 @@ from exporter.scrape import process_metrics
 from exporter.scrape.cache import RenderCache
 from exporter.scrape.site import ExporterSite
 from exporter.scrape.table import FEATURES
+from exporter.slurm import commands
+from exporter.slurm.idle import IdleJobs, IdlePolicy
 from exporter.slurm.watcher import SlurmWatcher
+from exporter.snapshot import Snapshot
 
 log = logging.getLogger("gpuledger.exporter")
 
@@ -104,6 +108,9 @@ class Exporter:
             self.providers["bench"] = self.bench_state.snapshot
         if self.history is not None:  # gpuledger scaling --history FILE records into the same file
             self.providers["scaling"] = ScalingResults(Path(self.history.path), time.monotonic).snapshot
+        self.idle = self._idle_jobs()
+        if self.idle is not None:
+            self.providers["idle"] = self.idle.snapshot
         self.features = tuple(f.name for f in FEATURES if f.part is None or f.name in self.providers)
         self.sampler = Sampler(
             self.reader,
@@ -124,7 +131,7 @@ class Exporter:
             ),
             minute_sink=keep,
             parts=self._parts,
-            on_snapshot=lambda snap: self.exposition.prepare(snap),
+            on_snapshot=self._on_snapshot,
             attribution=attribution,
         )
         self.exposition = RenderCache(lambda: self.sampler.snapshot)
@@ -148,6 +155,28 @@ class Exporter:
         for provide in self.providers.values():
             if (part := provide()) is not None:
                 yield part
+
+    def _on_snapshot(self, snap: Snapshot) -> None:
+        self.exposition.prepare(snap)
+        if self.idle is not None:
+            self.idle.on_snapshot(snap, time.monotonic())
+
+    def _idle_jobs(self) -> IdleJobs | None:
+        """The idle-job actions where asked ([slurm] idle_action) on a node with real GPUs."""
+        sl = self.settings.slurm
+        if sl.idle_action == "off" or self.reader.kind != "nvml":
+            return None
+        env = {**os.environ, **({"SLURM_CONF": str(sl.conf)} if sl.conf else {})}
+        policy = IdlePolicy(
+            sl.idle_action,
+            sl.idle_warn_after,
+            sl.idle_cancel_after,
+            frozenset(sl.idle_cancel_partitions),
+            self.settings.exporter.allocated_idle_below,
+        )
+        return IdleJobs(
+            policy, lambda argv: commands.run(argv, sl.command_timeout, env), sl.squeue, sl.scontrol, sl.scancel
+        )
 
     def _bench_enabled(self) -> bool:
         """Benchmarks run where asked; by default only on real GPUs with torch installed (found
@@ -202,6 +231,8 @@ class Exporter:
         if self.slurm:
             self.slurm.stop()
         self.sampler.stop()
+        if self.idle is not None:
+            self.idle.stop()
         if self.sampler.attribution is not None:
             self.sampler.attribution.close()
         if self.history:

@@ -366,6 +366,31 @@ class SlurmSettings(_Section):
         description="seconds gpuledger_slurm_job_info keeps a job after its finished record was read (or squeue last "
         "listed it started), so that Prometheus scrapes it after the end",
     )
+    idle_action: Literal["off", "warn", "cancel"] = Field(
+        "off",
+        description="on each GPU node: a Slurm job whose GPUs here all stay idle is told so (warn: scontrol notify) "
+        "or, after idle_cancel_after, also cancelled (cancel: scancel, only in idle_cancel_partitions)",
+    )
+    idle_warn_after: float = Field(3600.0, gt=0, description="seconds of idle GPUs before the job is notified")
+    idle_cancel_after: float = Field(
+        7200.0, gt=0, description="seconds of idle GPUs before the job is cancelled (at least idle_warn_after)"
+    )
+    idle_cancel_partitions: list[str] = Field(
+        default_factory=list,
+        description="the partitions whose idle jobs may be cancelled, as the scheduler lists them (empty: none)",
+    )
+    scancel: str = Field("scancel", min_length=1, description="scancel command")
+
+    @model_validator(mode="after")
+    def _cancel_after_the_warning(self) -> SlurmSettings:
+        if self.idle_cancel_after < self.idle_warn_after:
+            raise ValueError(
+                f"idle_cancel_after ({self.idle_cancel_after:g} s) must be at least idle_warn_after "
+                f"({self.idle_warn_after:g} s): a job is warned before it is cancelled"
+            )
+        if self.idle_action == "cancel" and not self.idle_cancel_partitions:
+            raise ValueError('idle_action = "cancel" needs idle_cancel_partitions: the partitions it may cancel in')
+        return self
 
 
 class Settings(LayeredSettings):

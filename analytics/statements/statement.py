@@ -166,6 +166,7 @@ def statement_of(
             mine.setdefault(k, j)
             partitions[k] = partitions.get(k) or j.partition
     lines = []
+
     def worst_waste_first(kv: tuple[str, JobWeek]) -> tuple[float, float, str]:
         """The jobs whose hours were least useful, by what those hours cost (idle cost), then cost."""
         r = rows.get(kv[0])

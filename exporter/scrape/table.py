@@ -11,6 +11,7 @@ where a metric comes from, start at the feature that registers it:
 - ``mig``: ``exporter.sampling.mig_metrics`` (MIG instances; no series for a GPU not in MIG mode)
 - ``jobs``: ``exporter.sampling.job_metrics``
 - ``slurm``: ``exporter.slurm.metrics``
+- ``idle``: ``exporter.slurm.idle_metrics`` (idle Slurm jobs acted on, opt-in)
 - ``bench``: ``exporter.benchmarks.metrics``
 - ``scaling``: ``exporter.benchmarks.scaling_metrics`` (gpuledger scaling's results in the history)
 """
@@ -25,6 +26,7 @@ from exporter.history import metrics as history
 from exporter.registry import Feature, MetricDef, assemble
 from exporter.sampling import gpu_metrics, job_metrics, mig_metrics
 from exporter.scrape import process_metrics
+from exporter.slurm import idle_metrics as idle
 from exporter.slurm import metrics as slurm
 
 FEATURES: tuple[Feature[Any], ...] = (
@@ -35,6 +37,7 @@ FEATURES: tuple[Feature[Any], ...] = (
     mig_metrics.FEATURE,
     job_metrics.FEATURE,
     slurm.FEATURE,
+    idle.FEATURE,
     bench.FEATURE,
     scaling.FEATURE,
 )

@@ -36,6 +36,7 @@ from exporter.scrape.cache import RenderCache
 from exporter.scrape.collector import SnapshotCollector
 from exporter.scrape.process_metrics import ProcessStats
 from exporter.scrape.table import METRICS
+from exporter.slurm.idle import IdleActions
 from exporter.slurm.watcher import WAIT_BUCKETS, QueueSnapshot
 from exporter.snapshot import GpuSnapshot, Histogram, Snapshot, by_type
 from tests.support.metrics import parse_metrics
@@ -86,7 +87,15 @@ def fixed_snapshot() -> Snapshot:
         s.snapshot,
         sample_duration_seconds=0.00125,
         parts=by_type(
-            [HistoryStats(42, 1), proc, bench_snapshot(), queue_snapshot(), AttributionStatus(True), scaling_snapshot()]
+            [
+                HistoryStats(42, 1),
+                proc,
+                bench_snapshot(),
+                queue_snapshot(),
+                AttributionStatus(True),
+                scaling_snapshot(),
+                IdleActions({"warned": 3, "cancelled": 1, "refused": 2}),
+            ]
         ),
         gpus=(with_jobs(s.snapshot.gpus[0]), *s.snapshot.gpus[1:]),
     )

@@ -20,7 +20,7 @@ from exporter.snapshot import EMPTY, by_type
 def test_the_table_is_the_features_rows_in_registration_order() -> None:
     assert METRICS == tuple(m for f in FEATURES for m in f.metrics)
     names = [f.name for f in FEATURES]
-    assert names == ["exporter", "history", "process", "gpu", "mig", "jobs", "slurm", "bench", "scaling"]
+    assert names == ["exporter", "history", "process", "gpu", "mig", "jobs", "slurm", "idle", "bench", "scaling"]
     parts = [f.part for f in FEATURES if f.part is not None]
     assert len(parts) == len(set(parts)), "each feature contributes its own part type"
 
