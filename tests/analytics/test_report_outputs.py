@@ -18,7 +18,7 @@ from analytics.report.jsonio import from_json, to_json
 from analytics.report.markdown import to_markdown
 from analytics.report.model import SCHEMA, CostRow
 from analytics.report.output import write
-from analytics.report.text import duration, hours, money, pct
+from analytics.report.text import duration, hours, money, pct, summed, tables, top
 from tests.support.reports import HOSTILE_HOST, HOSTILE_JOB, HOSTILE_PARTITION, HOSTILE_USER, REASONS, sample_report
 
 
@@ -159,3 +159,34 @@ def test_the_idle_table_renders_everywhere_and_older_json_loads_without_it() -> 
     del data["idle_holders"]
     assert from_json(json.dumps(data)).idle_holders == []
     assert from_json(to_json(report)) == report
+
+
+def test_big_tables_show_the_top_rows_and_add_the_rest_up() -> None:
+    """120 users and 300 jobs: the page shows the 50 dearest users and 20 dearest jobs, one
+    "(N more)" row each whose figures are the rest's sums (then the unallocated row, where the
+    report has one); each column of the shown table adds up to what all the rows do. The JSON keeps
+    every row."""
+    r = sample_report(hostile=False)
+    users = [dataclasses.replace(x, key=f"u{i:03d}", total_cost=float(i), hardware_cost=float(i)) for i, x in
+             enumerate(r.group("user") * 40)][:120]  # fmt: skip
+    jobs = [dataclasses.replace(x, key=f"j{i:03d}", total_cost=float(i), hardware_cost=float(i)) for i, x in
+            enumerate(r.group("job") * 100)][:300]  # fmt: skip
+    other = [x for x in r.rows if x.group not in ("user", "job")]
+    big = dataclasses.replace(r, rows=[*other, *users, *jobs])
+    shown = {t.slug: t for t in tables(big)}
+    rows = shown["users"].rows
+    total = shown["users"].headers.index("Total (USD)")
+    assert len(rows) == 50 + 1 and rows[50][0] == "(70 more)"  # (this sample has no unallocated row)
+    assert rows[0][0] == "u119"  # the dearest first
+    assert float(rows[50][total].replace(",", "")) == pytest.approx(sum(range(70)), abs=0.5)
+    job_rows = shown["jobs"].rows
+    assert len(job_rows) == 21 and job_rows[20][0] == "(280 more)"
+    hours = shown["jobs"].headers.index("Charged GPU-h")
+    more = summed(sorted(jobs, key=lambda x: -x.total_cost)[20:], "x")
+    assert job_rows[20][hours] == f"{more.sampled_gpu_hours:,.1f} h"
+    assert more.utilization == pytest.approx(more.busy_gpu_hours / more.sampled_gpu_hours)
+    assert len(from_json(to_json(big)).group("job")) == 300
+    rest = dataclasses.replace(jobs[0], group="unallocated", key="unallocated")
+    cut = top([*jobs, rest], 20)
+    assert [x.key for x in cut[-2:]] == ["(280 more)", "unallocated"]
+    assert sum(x.total_cost for x in cut) == pytest.approx(sum(x.total_cost for x in [*jobs, rest]))
