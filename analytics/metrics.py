@@ -17,7 +17,7 @@ from analytics.budgets import BudgetFigure
 from analytics.cost import CostModel
 from analytics.report.groupings import is_grouping
 from analytics.report.model import CostRow, Report
-from analytics.report.useful import combined
+from analytics.report.rows import top
 
 # GPUs and jobs stay in the reports (too many series); the unallocated row makes the groupings add up.
 # The groupings (the rows of analytics.report.groupings that [analytics] group_by chose: user,
@@ -35,52 +35,6 @@ def _rows(r: Report) -> Iterator[CostRow]:
     yield from (row for row in r.rows if row.group not in NOT_EXPORTED)
 
 
-def _other(group: str, rows: list[CostRow], min_useful_h: float = 0.0) -> CostRow:
-    """One row summing ``rows``: the additive columns summed, the ratios recomputed from the sums
-    (GPUs summed: a GPU two of the rows share counts twice); no cost per useful GPU-hour under
-    ``min_useful_h`` useful hours, as any row."""
-
-    def add(name: str) -> float:
-        return float(sum(getattr(x, name) or 0.0 for x in rows))
-
-    def known(name: str) -> float | None:
-        return None if all(getattr(x, name) is None for x in rows) else add(name)
-
-    sampled, busy, useful, total = (
-        add("sampled_gpu_hours"),
-        add("busy_gpu_hours"),
-        add("useful_gpu_hours"),
-        add("total_cost"),
-    )
-    sm, available = known("sm_active_gpu_hours"), add("available_gpu_hours")
-    measure, sm_share = combined((x.useful_sm_share, x.sampled_gpu_hours) for x in rows)
-    return CostRow(
-        group=group,
-        key=OTHER,
-        gpus=int(add("gpus")),
-        available_gpu_hours=available,
-        sampled_gpu_hours=sampled,
-        busy_gpu_hours=busy,
-        sm_active_gpu_hours=sm,
-        useful_gpu_hours=useful,
-        utilization=busy / sampled if sampled > 0 else None,
-        sm_activity=None if sm is None or sampled <= 0 else sm / sampled,
-        allocated_gpu_hours=known("allocated_gpu_hours"),
-        allocated_idle_gpu_hours=known("allocated_idle_gpu_hours"),
-        energy_kwh=known("energy_kwh"),
-        energy_cost=add("energy_cost"),
-        hardware_cost=add("hardware_cost"),
-        total_cost=total,
-        cost_per_useful_gpu_hour=total / useful if useful > 0 and useful >= min_useful_h else None,
-        idle_cost=add("idle_cost"),
-        coverage=sampled / available if available > 0 else 0.0,
-        stalled_gpu_hours=known("stalled_gpu_hours"),
-        co2e_kg=known("co2e_kg"),
-        useful_measure=measure,
-        useful_sm_share=sm_share,
-    )
-
-
 def bounded(r: Report, top_n: int = TOP_N, min_useful_h: float = 0.0) -> Report:
     """``r`` with each grouping's rows cut to its top ``top_n`` keys by total cost (ties by key)
     and an ``(other)`` row summing the rest, so a grouping exports at most ``top_n + 1`` keys and
@@ -93,11 +47,8 @@ def bounded(r: Report, top_n: int = TOP_N, min_useful_h: float = 0.0) -> Report:
     if all(len(rows) <= top_n for rows in per.values()):
         return r
     kept = [row for row in r.rows if row.group not in per]
-    for group, rows in per.items():
-        ranked = sorted(rows, key=lambda x: (-x.total_cost, x.key))
-        kept += ranked[:top_n]
-        if len(ranked) > top_n:
-            kept.append(_other(group, ranked[top_n:], min_useful_h))
+    for rows in per.values():
+        kept += top(rows, top_n, OTHER, min_useful_h)
     return dataclasses.replace(r, rows=kept)
 
 

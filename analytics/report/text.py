@@ -42,6 +42,7 @@ from analytics.report.numbers import money as money
 from analytics.report.numbers import num as num
 from analytics.report.numbers import pct as pct
 from analytics.report.numbers import times as times
+from analytics.report.rows import top
 from analytics.report.useful import label
 
 TOP_JOBS = 20
@@ -316,59 +317,6 @@ def grouping_title(g: Grouping) -> str:
 def _table(slug: str, title: str, cols: Columns[T], rows: Iterable[T], cur: str, empty: str = "") -> Table:
     headers = [h.replace("{cur}", cur) for h, _ in cols]
     return Table(slug, title, headers, [[cell(x) for _, cell in cols] for x in rows], empty or Table.empty)
-
-
-def _known(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def summed(rows: list[CostRow], key: str) -> CostRow:
-    """Rows added up into one (the table's column sums stay the same): hours, energy and money
-    summed, the ratios recomputed from the sums."""
-    total = sum(x.total_cost for x in rows)
-    sampled, available = sum(x.sampled_gpu_hours for x in rows), sum(x.available_gpu_hours for x in rows)
-    busy, useful = sum(x.busy_gpu_hours for x in rows), sum(x.useful_gpu_hours for x in rows)
-    sm = _known(x.sm_active_gpu_hours for x in rows)
-    return CostRow(
-        group=rows[0].group,
-        key=key,
-        gpus=sum(x.gpus for x in rows),
-        available_gpu_hours=available,
-        sampled_gpu_hours=sampled,
-        busy_gpu_hours=busy,
-        sm_active_gpu_hours=sm,
-        useful_gpu_hours=useful,
-        utilization=busy / sampled if sampled else None,
-        sm_activity=sm / sampled if sm is not None and sampled else None,
-        allocated_gpu_hours=_known(x.allocated_gpu_hours for x in rows),
-        allocated_idle_gpu_hours=_known(x.allocated_idle_gpu_hours for x in rows),
-        energy_kwh=_known(x.energy_kwh for x in rows),
-        energy_cost=sum(x.energy_cost for x in rows),
-        hardware_cost=sum(x.hardware_cost for x in rows),
-        total_cost=total,
-        cost_per_useful_gpu_hour=total / useful if useful > 0 else None,
-        idle_cost=sum(x.idle_cost for x in rows),
-        coverage=sampled / available if available else 0.0,
-        stalled_gpu_hours=_known(x.stalled_gpu_hours for x in rows),
-        co2e_kg=_known(x.co2e_kg for x in rows),
-        useful_measure=rows[0].useful_measure if len({x.useful_measure for x in rows}) == 1 else "mixed",
-        busy_measure=rows[0].busy_measure if len({x.busy_measure for x in rows}) == 1 else "mixed",
-        energy_measure=rows[0].energy_measure if len({x.energy_measure for x in rows}) == 1 else "mixed",
-    )
-
-
-def top(rows: list[CostRow], n: int) -> list[CostRow]:
-    """The ``n`` dearest rows (by total cost), then the rest added up into one ``(N more)`` row, then
-    the unallocated row where the table has it: the page stays short at 10,000 GPUs and 100,000
-    jobs, and every column still adds up to what the whole table would (the JSON and CSV keep every
-    row)."""
-    ranked = [x for x in rows if x.group != UNALLOCATED]
-    tail = [x for x in rows if x.group == UNALLOCATED]
-    if len(ranked) <= n:
-        return rows
-    ranked.sort(key=lambda x: (-x.total_cost, x.key))
-    return [*ranked[:n], summed(ranked[n:], f"({len(ranked) - n:,} more)"), *tail]
 
 
 def tables(r: Report) -> list[Table]:

@@ -18,7 +18,8 @@ from analytics.report.jsonio import from_json, to_json
 from analytics.report.markdown import to_markdown
 from analytics.report.model import SCHEMA, CostRow
 from analytics.report.output import write
-from analytics.report.text import duration, hours, money, pct, summed, tables, top
+from analytics.report.rows import summed, top
+from analytics.report.text import duration, hours, money, pct, tables
 from tests.support.reports import HOSTILE_HOST, HOSTILE_JOB, HOSTILE_PARTITION, HOSTILE_USER, REASONS, sample_report
 
 
