@@ -381,7 +381,7 @@ class Sampler:
         parts = by_type(self._parts()) if self._parts is not None else {}
         with self._lock:
             self._seq += 1
-            self._snapshot = Snapshot(
+            new = Snapshot(
                 seq=self._seq,
                 taken_at=self._wall(),
                 taken_monotonic=time.monotonic(),
@@ -395,11 +395,14 @@ class Sampler:
                 parts=parts,
                 reader_down=self._down,
             )
+        # rendered ahead before it is served: a scrape meanwhile gets the previous snapshot's bytes,
+        # ready, instead of waiting for this one's render (20 ms for 56 MIG instances on 2 cores)
         if self._on_snapshot is not None:
             try:
-                self._on_snapshot(self._snapshot)
+                self._on_snapshot(new)
             except Exception:
                 log.exception("rendering ahead failed; scrapes will render themselves")
+        self._snapshot = new
 
     # --- threads ------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ from exporter.snapshot import Snapshot
 class RenderCache:
     """Renders the latest snapshot once per (snapshot, format, compression) and serves the
     cached bytes to every scrape after that. ``prepare`` renders ahead, in the sampler's thread,
-    the variants scraped in the last ``ahead_seconds``, so a scrape finds its bytes ready."""
+    the variants scraped in the last ``ahead_seconds``, before the sampler publishes the snapshot,
+    so a scrape finds its bytes ready and never waits for a render."""
 
     def __init__(self, snapshot: Callable[[], Snapshot], ahead_seconds: float = 300.0) -> None:
         self._snapshot = snapshot
@@ -31,10 +32,10 @@ class RenderCache:
         self._asked[key] = time.monotonic()
         snap = self._snapshot()
         hit = self._cache.get(key)
-        if hit is None or hit[0] != snap.seq:
+        if hit is None or hit[0] < snap.seq:  # newer bytes may be there already: rendered ahead, not yet published
             with self._lock:
                 hit = self._cache.get(key)
-                if hit is None or hit[0] != snap.seq:
+                if hit is None or hit[0] < snap.seq:
                     hit = self._cache[key] = (snap.seq, _encode(snap, om, gzip_ok))
         return hit[1], OPENMETRICS if om else TEXT
 
