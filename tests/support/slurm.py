@@ -21,7 +21,7 @@ BINARIES = ("munged", "slurmctld", "slurmd", "squeue", "sbatch", "scancel", "sin
 
 
 class SlurmCluster:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, mail_prog: str = "/bin/true") -> None:
         for b in BINARIES:
             require_binary(b)
         if os.geteuid() != 0:
@@ -56,7 +56,7 @@ SlurmctldPidFile={workdir}/slurmctld.pid
 SlurmdPidFile={workdir}/slurmd.pid
 SlurmctldLogFile={workdir}/log/slurmctld.log
 SlurmdLogFile={workdir}/log/slurmd.log
-MailProg=/bin/true
+MailProg={mail_prog}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
