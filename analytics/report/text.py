@@ -224,11 +224,11 @@ SCALING: Columns[ScalingRow] = [
     ("Currency", lambda x: x.currency or DASH),
     ("Scaling", lambda x: x.scaling),
     ("N", lambda x: f"{x.gpus} {x.unit}"),
-    ("Step (ms)", lambda x: DASH if x.step_seconds is None else f"{x.step_seconds * 1e3:,.1f}"),
-    ("Samples/s", lambda x: DASH if x.samples_per_second is None else f"{x.samples_per_second:,.1f}"),
-    ("Speedup", lambda x: DASH if x.speedup is None else f"{x.speedup:.2f}x"),
+    ("Step (ms)", lambda x: num(None if x.step_seconds is None else x.step_seconds * 1e3, 1)),
+    ("Samples/s", lambda x: num(x.samples_per_second, 1)),
+    ("Speedup", lambda x: times(x.speedup)),
     ("Efficiency", lambda x: pct(x.efficiency)),
-    ("Per 1,000 steps", lambda x: DASH if x.cost_per_1000_steps is None else f"{x.cost_per_1000_steps:,.4g}"),
+    ("Per 1,000 steps", lambda x: num(x.cost_per_1000_steps, 4)),
     ("Verdict", lambda x: x.verdict if x.status == "ok" else x.status),
 ]
 
@@ -239,8 +239,8 @@ LINKS: Columns[LinkRow] = [
     ("GPUs", lambda x: f"{x.gpus:,}"),
     ("GPU-h", lambda x: hours(x.gpu_hours)),
     ("Utilisation", lambda x: pct(x.utilization)),
-    ("NVLink GB per GPU-h", lambda x: DASH if x.nvlink_gb_per_gpu_hour is None else f"{x.nvlink_gb_per_gpu_hour:,.1f}"),
-    ("PCIe GB per GPU-h", lambda x: DASH if x.pcie_gb_per_gpu_hour is None else f"{x.pcie_gb_per_gpu_hour:,.1f}"),
+    ("NVLink GB per GPU-h", lambda x: num(x.nvlink_gb_per_gpu_hour, 1)),
+    ("PCIe GB per GPU-h", lambda x: num(x.pcie_gb_per_gpu_hour, 1)),
 ]
 
 IDLE: Columns[IdleRow] = [

@@ -5,8 +5,6 @@ backfilled 5-minute rollups (which carry the MIG counter too)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -22,13 +20,11 @@ from analytics.sources.prometheus import ROLLUP_NOTE, PrometheusSource
 from analytics.synthetic import Fleet
 from domain.week import WeekData, Window
 from tests.support.conservation import assert_conserves
-from tests.support.fleet import history, prometheus
-from tests.support.paths import REPO
+from tests.support.fleet import history
 from tests.support.prometheus import PrometheusServer
-from tests.support.tools import require_binary
+from tests.support.rollups import prometheus_with_rollups
 
 WINDOW = Window(1_794_787_200.0, 1_794_787_200.0 + 2 * 86400, "2d")  # Monday 2026-11-16, two days
-RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuledger-rollups.yml"
 REL = 0.01
 SCRAPE = 60.0  # the fleet's sample step: increase() (raw) and a series' first bucket (rollups) extrapolate
 
@@ -45,32 +41,8 @@ def embedded(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> WeekData
 
 @pytest.fixture(scope="module")
 def prom(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    """The fleet's series, and their rollups backfilled by promtool (from a relative rule path)."""
-    folder = tmp_path_factory.mktemp("mig-prom")
-    server = prometheus(fleet, folder)
-    shutil.copy(RULES, folder / RULES.name)
-    try:
-        res = subprocess.run(
-            [
-                require_binary("promtool"),
-                *("tsdb", "create-blocks-from", "rules", f"--start={int(WINDOW.start)}"),
-                f"--end={int(WINDOW.end) + 300}",
-                f"--url={server.url}",
-                "--eval-interval=300s",
-                "--output-dir=blocks",
-                RULES.name,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=folder,
-        )
-        assert res.returncode == 0, res.stdout + res.stderr
-    finally:
-        server.stop()
-    for block in (folder / "blocks").iterdir():
-        shutil.move(str(block), folder / "data" / block.name)
-    server = PrometheusServer(folder, retention="10y")
+    """The fleet's series, and their rollups backfilled by promtool."""
+    server = prometheus_with_rollups(fleet, WINDOW, tmp_path_factory.mktemp("mig-prom"))
     yield server
     server.stop()
 

@@ -7,7 +7,6 @@ rules`` against the running Prometheus, in VictoriaMetrics by ``vmalert -replay`
 from __future__ import annotations
 
 import datetime as dt
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,17 +22,15 @@ from analytics.sources import counters
 from analytics.sources.promapi import PromAPI
 from analytics.sources.prometheus import ROLLUP_NOTE, PrometheusSource
 from analytics.synthetic import Fleet
-from domain.week import WeekData, Window, iso_week
+from domain.week import WeekData, iso_week
 from tests.support.conservation import assert_conserves
 from tests.support.fleet import WEEK, prometheus
 from tests.support.http import free_port, http_get
-from tests.support.paths import REPO
 from tests.support.prometheus import PrometheusServer
+from tests.support.rollups import BUCKET, RULES, prometheus_with_rollups
 from tests.support.tools import require_binary
 from tests.support.victoria import VictoriaMetricsServer
 
-RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuledger-rollups.yml"
-BUCKET = 300
 UTILISATION_PP = 0.005  # 0.5 percentage points
 REL = 0.01  # energy and cost
 FRACTIONS = ("utilization", "sm_activity", "coverage")
@@ -41,51 +38,10 @@ HOURS = ("sampled_gpu_hours", "busy_gpu_hours", "useful_gpu_hours", "allocated_g
 MONEY = ("energy_cost", "hardware_cost", "idle_cost", "total_cost")
 
 
-def backfill_rollups(url: str, w: Window, folder: Path) -> Path:
-    """``promtool tsdb create-blocks-from rules`` over the window (and one bucket past its end, the
-    bucket stamped at the end), buckets ending on the clock's 5 minutes."""
-    out = folder / "rollup-blocks"
-    # promtool (as Prometheus) evaluates a group at a phase derived from its name and the file's
-    # path as given: a path relative to the folder gives the same phase wherever the clone is
-    shutil.copy(RULES, folder / RULES.name)
-    res = subprocess.run(
-        [
-            require_binary("promtool"),
-            "tsdb",
-            "create-blocks-from",
-            "rules",
-            f"--start={int(w.start)}",
-            f"--end={int(w.end) + BUCKET}",
-            f"--url={url}",
-            f"--eval-interval={BUCKET}s",
-            f"--output-dir={out}",
-            RULES.name,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=folder,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-    return out
-
-
 @pytest.fixture(scope="module")
 def prom(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    """A Prometheus with the raw week and its backfilled rollups (restarted to load the blocks)."""
-    folder = tmp_path_factory.mktemp("rollups")
-    server = prometheus(fleet, folder)
-    try:
-        blocks = backfill_rollups(server.url, iso_week(WEEK), folder)
-    finally:
-        server.stop()
-    moved = 0
-    for block in blocks.iterdir():
-        if block.is_dir():
-            shutil.move(str(block), folder / "data" / block.name)
-            moved += 1
-    assert moved, "promtool wrote no blocks"
-    server = PrometheusServer(folder, retention="10y")
+    """A Prometheus with the raw week and its backfilled rollups."""
+    server = prometheus_with_rollups(fleet, iso_week(WEEK), tmp_path_factory.mktemp("rollups"))
     yield server
     server.stop()
 
