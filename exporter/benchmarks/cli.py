@@ -13,7 +13,7 @@ from typing import Any
 from daemonkit.argcheck import writable_file
 from daemonkit.settings import ConfigError
 from exporter.benchmarks import report
-from exporter.benchmarks.plan import BENCHES, Backend, Plan, default_plan
+from exporter.benchmarks.plan import BENCHES, ONE_RANK, Backend, Plan, default_plan, for_world
 from exporter.benchmarks.results import plain
 from exporter.benchmarks.runner import BenchRunner, Event, Outcome, Rendezvous
 
@@ -75,7 +75,12 @@ def build_plan(args: argparse.Namespace, gpus: int) -> tuple[Plan, Rendezvous | 
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be positive (got {args.timeout})")
     benches = BENCHES if args.what == "all" else (args.what,)
-    plan = default_plan(benches, backend, per_node * args.nnodes, quick=args.quick)
+    world = per_node * args.nnodes
+    if not for_world(benches, world):
+        raise UsageError(ONE_RANK)
+    if for_world(benches, world) != benches:
+        print(f"gpuledger bench: all-reduce left out: {ONE_RANK}", file=sys.stderr)
+    plan = default_plan(for_world(benches, world), backend, world, quick=args.quick)
     rdzv = Rendezvous(args.nnodes, per_node, args.rdzv_endpoint, args.rdzv_id) if args.nnodes > 1 else None
     return plan, rdzv
 

@@ -17,6 +17,16 @@ from pydantic import TypeAdapter
 from daemonkit.jsondoc import STRICT, parse
 
 BENCHES = ("allreduce", "train", "matmul", "memcpy")
+ONE_RANK = "one rank has nothing to reduce across: the all-reduce needs 2 or more GPUs (or ranks)"
+"""Why a one-rank round leaves the all-reduce out: its bus bandwidth is 0 by definition there
+(nccl-tests' factor 2(n-1)/n) and its time is a no-op's (~14 us at every size on an H200)."""
+
+
+def for_world(benches: tuple[str, ...], world_size: int) -> tuple[str, ...]:
+    """``benches`` without the all-reduce when a round has one rank (ONE_RANK)."""
+    return tuple(b for b in benches if not (b == "allreduce" and world_size < 2))
+
+
 EVENT_PREFIX = "@gpuledger "
 """What a worker prints before each JSON event line on stdout; the runner reads only those lines."""
 Backend = Literal["nccl", "gloo"]

@@ -15,7 +15,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from daemonkit.crontab import cron_trigger
 from exporter.benchmarks.links import RoundLinks
-from exporter.benchmarks.plan import Plan, default_plan
+from exporter.benchmarks.plan import ONE_RANK, Plan, default_plan, for_world
 from exporter.benchmarks.records import BenchRecord
 from exporter.benchmarks.runner import BenchRunner, Event, Outcome
 from exporter.benchmarks.state import BenchState
@@ -74,7 +74,7 @@ class BenchScheduler:
     def plan(self) -> Plan:
         """NCCL over every GPU on an NVML node; gloo with two CPU ranks anywhere else."""
         gpus = self.sampler.gpu_count() if self.sampler.reader.kind == "nvml" else 0
-        benches = tuple(self.settings.benches)
+        benches = for_world(tuple(self.settings.benches), gpus) if gpus else tuple(self.settings.benches)
         plan = (
             default_plan(benches, "nccl", gpus, quick=self.settings.quick)
             if gpus
@@ -116,6 +116,12 @@ class BenchScheduler:
             self._store(self.state.skipped(self.settings.benches, time.time()))
             return None
         plan = self.plan()
+        left_out = [b for b in self.settings.benches if b not in plan.benches]
+        if left_out:  # one GPU: the all-reduce has no peer
+            log.info("benchmark round without %s: %s", "+".join(left_out), ONE_RANK)
+            self._store(self.state.skipped(left_out, time.time(), "skipped_no_gpu"))
+        if not plan.benches:
+            return None
         log.info(
             "benchmark round starting: %s on %d %s ranks (timeout %.0f s)",
             "+".join(plan.benches),

@@ -34,7 +34,7 @@ from exporter.readers.base import (
 )
 from exporter.readers.nvml_errors import translate
 from exporter.readers.nvml_fields import FieldReads
-from exporter.readers.nvml_mig import MigReads, gpm_between, process_memory, text
+from exporter.readers.nvml_mig import MigReads, gpm_between, memory_info, process_memory, text
 from exporter.readers.probes import Call, Probe
 
 T = TypeVar("T")
@@ -153,8 +153,7 @@ class NvmlReader:
         return float(self._dev("power_watts", index, self.n.nvmlDeviceGetPowerUsage)) / 1000.0
 
     def memory(self, index: int) -> Memory:
-        m = self._dev("memory", index, self.n.nvmlDeviceGetMemoryInfo)
-        return Memory(used_bytes=int(m.used), total_bytes=int(m.total))
+        return self._dev("memory", index, lambda handle: memory_info(self.n, handle))
 
     def temperature_celsius(self, index: int) -> float:
         n = self.n

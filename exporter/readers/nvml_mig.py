@@ -17,6 +17,7 @@ hardware yet; ``scripts/gpu-check`` prints what it reads.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,8 +54,28 @@ def process_memory(v: Any) -> int | None:
     return None if iv >= (1 << 63) or iv < 0 else iv
 
 
-def gpm_between(n: Any, prev: Any, cur: Any) -> GpmActivity:
-    """SM, tensor, DRAM activity and SM occupancy between two GPM samples (``n``: pynvml)."""
+def memory_info(n: Any, handle: Any) -> Memory:
+    """A device's memory as nvidia-smi's "Used" counts it: ``nvmlDeviceGetMemoryInfo_v2``, whose
+    ``used`` leaves out what the driver reserves (v1's includes it: 615 MiB "used" on an idle H200
+    with driver 580, where nvidia-smi says 0 and "Reserved 616 MiB"); v1 where the driver or the
+    binding has no v2. Raises NVMLError as the call does."""
+    version = getattr(n, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            m = n.nvmlDeviceGetMemoryInfo(handle, version=version)
+            return Memory(used_bytes=int(m.used), total_bytes=int(m.total))
+        except n.NVMLError as e:
+            older = (n.NVML_ERROR_FUNCTION_NOT_FOUND, n.NVML_ERROR_NOT_SUPPORTED,
+                     getattr(n, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", None))  # fmt: skip
+            if getattr(e, "value", None) not in older:
+                raise
+    m = n.nvmlDeviceGetMemoryInfo(handle)
+    return Memory(used_bytes=int(m.used), total_bytes=int(m.total))
+
+
+def gpm_between(n: Any, prev: Any, cur: Any) -> GpmActivity | None:
+    """SM, tensor, DRAM activity and SM occupancy between two GPM samples (``n``: pynvml); None
+    where NVML gives a value that is no number for the interval."""
     ids = (
         n.NVML_GPM_METRIC_SM_UTIL,
         n.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
@@ -70,6 +91,10 @@ def gpm_between(n: Any, prev: Any, cur: Any) -> GpmActivity:
         req.metrics[k].metricId = metric_id
     n.nvmlGpmMetricsGet(req)
     vals = [req.metrics[k].value / 100.0 for k in range(len(ids))]
+    if not all(math.isfinite(v) for v in vals):
+        # seen on an H200 (driver 580): DRAM bandwidth NaN for two samples milliseconds apart. A NaN
+        # integrated once would poison a counter for good: the interval reads as not measured.
+        return None
     return GpmActivity(sm=vals[0], tensor=vals[1], dram=vals[2], sm_occupancy=vals[3])
 
 
@@ -198,8 +223,7 @@ class MigReads:
         return best
 
     def _instance(self, n: Any, index: int, d: _Device, gpm: GpmActivity | None) -> MigInstance:
-        m = self._maybe(n, index, n.nvmlDeviceGetMemoryInfo, d.handle)
-        memory = None if m is None else Memory(used_bytes=int(m.used), total_bytes=int(m.total))
+        memory = self._maybe(n, index, memory_info, n, d.handle)
         running = self._maybe(n, index, n.nvmlDeviceGetComputeRunningProcesses, d.handle)
         procs = (
             None
@@ -225,8 +249,8 @@ class MigReads:
                 prev, cur, primed = entry
                 n.nvmlGpmMigSampleGet(parent, gi, cur)
                 self._gpm[(index, gi)] = (cur, prev, True)
-                if primed:
-                    out[gi] = gpm_between(n, prev, cur)
+                if primed and (activity := gpm_between(n, prev, cur)) is not None:
+                    out[gi] = activity
             return out
         except n.NVMLError as e:
             err = translate(n, getattr(e, "value", None), str(e), CALL, index)

@@ -41,12 +41,26 @@ def bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
         (["all", "--timeout", "0"], "--timeout must be positive"),
         (["everything"], "invalid choice"),
         (["all", "--world-size", "two"], "invalid int value"),
+        (["allreduce", "--world-size", "1"], "the all-reduce needs 2 or more"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_clear_message(args: list[str], message: str) -> None:
     res = bench(*args, timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
     assert message in res.stderr and "Traceback" not in res.stderr
+
+
+def test_one_rank_leaves_the_all_reduce_out_and_says_why(tmp_path: Path) -> None:
+    """On an H200 alone the sweep printed busbw 0.00 at every size and algbw up to 39 TB/s (a
+    no-op's 14 us): one rank has no link to measure, so the round runs the rest and says so."""
+    require_torch()
+    out = tmp_path / "r.json"
+    res = bench("all", "--quick", "--world-size", "1", "--json", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "all-reduce left out: one rank has nothing to reduce across" in res.stderr
+    assert "# all-reduce" not in res.stdout and "# GEMM" in res.stdout
+    data = json.loads(out.read_text())
+    assert set(data["status"]) == {"train", "matmul", "memcpy"} and data["allreduce"] is None
 
 
 def test_a_run_prints_tables_an_estimate_and_json(tmp_path: Path) -> None:

@@ -167,6 +167,19 @@ def test_the_plan_is_nccl_on_nvml_gpus_and_gloo_elsewhere(start: Start) -> None:
     exp.sampler.reader.kind = "nvml"
     plan = exp.bench.plan()
     assert (plan.backend, plan.world_size, plan.device) == ("nccl", 4, "cuda")
+    assert "allreduce" in plan.benches
+
+
+def test_one_gpu_rounds_leave_the_all_reduce_out(start: Start) -> None:
+    exp = start(FakeReader(1), benches=["allreduce", "train", "matmul", "memcpy"])
+    assert exp.bench is not None
+    exp.sampler.reader.kind = "nvml"
+    plan = exp.bench.plan()
+    assert (plan.world_size, plan.benches) == (1, ("train", "matmul", "memcpy"))
+    alone = start(FakeReader(1))  # the all-reduce alone: no round, counted as skipped_no_gpu
+    assert alone.bench is not None
+    alone.sampler.reader.kind = "nvml"
+    assert alone.bench.plan().benches == ()
 
 
 @pytest.mark.integration

@@ -8,7 +8,7 @@ import pytest
 
 from exporter.readers import GpuLost, NotSupported, ReaderError, ReaderUnavailable, XidEvent
 from exporter.readers.nvml import NvmlReader
-from tests.support.fake_pynvml import REC, STATIC, FakeNvml
+from tests.support.fake_pynvml import REC, RESERVED, STATIC, FakeNvml
 from tests.support.sampling import make_sampler
 
 
@@ -147,3 +147,29 @@ def test_real_pynvml_without_a_driver_is_unavailable_and_library_missing() -> No
     with pytest.raises(ReaderUnavailable) as e:
         NvmlReader().open()
     assert e.value.library_missing
+
+
+def test_memory_used_leaves_out_what_the_driver_reserves_as_nvidia_smi_does() -> None:
+    """Driver 580 on an H200: v1's "used" counts the 616 MiB the driver reserves (615 MiB "used" on
+    an idle GPU, nvidia-smi 0); v2's does not. Where the driver has no v2, v1 is what there is."""
+    fake, r = opened()
+    assert r.memory(0).used_bytes == REC["mem_used_bytes"]
+    assert r.memory(0).total_bytes == STATIC["memory_total_bytes"]
+    fake.fail["nvmlDeviceGetMemoryInfo_v2"] = real.NVML_ERROR_FUNCTION_NOT_FOUND
+    assert r.memory(0).used_bytes == REC["mem_used_bytes"] + RESERVED
+    fake.fail["nvmlDeviceGetMemoryInfo_v2"] = real.NVML_ERROR_GPU_IS_LOST
+    with pytest.raises(GpuLost):
+        r.memory(0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_gpm_values_that_are_no_number_read_as_not_measured(monkeypatch: pytest.MonkeyPatch, bad: float) -> None:
+    """An H200 gave DRAM bandwidth NaN for two GPM samples milliseconds apart: that interval is not
+    measured (None), so no counter can take the NaN in, and the next interval is read as usual."""
+    _, r = opened()
+    assert r.gpm(0) is None  # the first read only starts the interval
+    monkeypatch.setitem(REC["gpm"], "dram_bw_util", bad)
+    assert r.gpm(0) is None
+    monkeypatch.undo()
+    got = r.gpm(0)
+    assert got is not None and got.dram == REC["gpm"]["dram_bw_util"] / 100

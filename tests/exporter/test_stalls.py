@@ -1,5 +1,5 @@
 """Stalled time (exporter.sampling.stalls): the run state machine, the real H200 capture (no stall
-in any phase), a spin-wait capture, the split over jobs, the exposition and the history."""
+in any phase), a real and a synthetic spin-wait capture, the split over jobs, the exposition and the history."""
 
 from __future__ import annotations
 
@@ -108,6 +108,18 @@ def test_a_spin_wait_counts_its_busy_seconds_once_past_the_minimum() -> None:
     assert c.busy_seconds == pytest.approx(360.0)
     assert c.stalled_seconds == pytest.approx(c.busy_seconds)
     assert c.sm_active_seconds is not None and c.sm_active_seconds < 0.01 * 360
+
+
+def test_a_real_spin_wait_on_an_h200_is_stalled_and_its_gpu_busy() -> None:
+    """The real capture (gpu-check on an H200): NVML says 100 % busy for 60 s, GPM one SM of 132.
+    With no minimum the stalled time is its busy time but the first busy round (the rule needs a
+    GPM interval to judge, and the first one is the NaN interval read as not measured)."""
+    spin = REPO / "exporter" / "captures" / "h200-spin-wait.jsonl"
+    c = replay(spin, 66.0, StallRule(min_seconds=0.0))
+    assert 55.0 < c.busy_seconds < 66.0
+    assert c.stalled_seconds is not None and c.stalled_seconds >= 0.95 * c.busy_seconds
+    assert c.sm_active_seconds is not None and c.sm_active_seconds < 0.01 * c.busy_seconds
+    assert replay(spin, 66.0, StallRule()).stalled_seconds == 0.0  # 60 s: under the default 300 s minimum
 
 
 def test_a_spin_wait_shorter_than_the_minimum_counts_nothing() -> None:

@@ -21,6 +21,7 @@ from tests.support.paths import CAPTURE
 LINES = [json.loads(x) for x in CAPTURE.read_text().splitlines()]
 STATIC = LINES[0]["static"]
 REC = LINES[25]  # the matmul phase: busy, tensor cores active
+RESERVED = 616 << 20  # what driver 580 reserves on an H200: in v1's "used", not in v2's or nvidia-smi's
 
 
 ULL, UINT = real.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, real.NVML_VALUE_TYPE_UNSIGNED_INT
@@ -71,6 +72,7 @@ class FakeNvml:
             if name.startswith(("NVML_", "nvmlEventType", "nvmlClocksEventReason")) or name in (
                 "NVMLError",
                 "c_nvmlGpmMetricsGet_t",
+                "nvmlMemory_v2",
             ):
                 setattr(self, name, getattr(real, name))
         self.gpus = gpus
@@ -164,10 +166,15 @@ class FakeNvml:
         self._check("nvmlDeviceGetTotalEnergyConsumption")
         return int(REC["energy_mJ"])
 
-    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
+    def nvmlDeviceGetMemoryInfo(self, h: Any, version: int | None = None) -> Any:
+        """v2 (``version``) leaves the driver's reserved memory out of ``used``; v1 counts it in,
+        as a real driver 580 does (RESERVED)."""
+        if version is not None:
+            self._check("nvmlDeviceGetMemoryInfo_v2")
+        reserved = 0 if version is not None else RESERVED
         if isinstance(h, MigHandle):
-            return SimpleNamespace(used=(h.k + 1) << 30, total=H100_MIG[self._mig(h)][2] << 20)
-        return SimpleNamespace(used=REC["mem_used_bytes"], total=STATIC["memory_total_bytes"])
+            return SimpleNamespace(used=((h.k + 1) << 30) + reserved, total=H100_MIG[self._mig(h)][2] << 20)
+        return SimpleNamespace(used=REC["mem_used_bytes"] + reserved, total=STATIC["memory_total_bytes"])
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
         return int(REC["temp_C"])
@@ -339,8 +346,8 @@ class CountingNvml:
         if not (name.startswith("nvml") and callable(value)) or name in ("nvmlInit", "nvmlShutdown"):
             return value
 
-        def counted(*args: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] += 1
-            return value(*args)
+            return value(*args, **kwargs)
 
         return counted
