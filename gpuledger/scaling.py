@@ -15,6 +15,7 @@ than there are, a bad flag or config.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -25,12 +26,14 @@ import time
 from pathlib import Path
 
 from analytics import cli as analytics_cli
+from analytics.cost import CostModel, PriceRule
 from daemonkit.argcheck import writable_file
 from daemonkit.settings import ConfigError
 from domain.scaling import BENCH
 from gpuledger import scaling_math as sm
 from gpuledger import scaling_run
-from gpuledger.scaling_report import Result, Row, median_times, table, to_json
+from gpuledger.scaling_energy import EnergyMeter, GpuEnergy, timer_window
+from gpuledger.scaling_report import Result, Row, median_joules, median_times, table, to_json
 
 HELP = (
     "Run your training script under torchrun at 1, 2, 4 ... GPUs and say, in money, whether more GPUs pay.",
@@ -162,6 +165,30 @@ def run(args: argparse.Namespace) -> int:
         return 2
     rule = cost.rule_for(gpus[0] if gpus else "", socket.gethostname())
     placeholder = sm.has_placeholder(script)
+    energy, no_energy = (
+        GpuEnergy.open(os.environ.get("CUDA_VISIBLE_DEVICES")) if gpus else (None, "no GPU energy counters on CPU")
+    )
+    try:
+        return _measure(args, gpus, script, counts, (s1, s2), cost, rule, placeholder, energy, no_energy)
+    finally:
+        if energy is not None:
+            energy.close()
+
+
+def _measure(
+    args: argparse.Namespace,
+    gpus: list[str],
+    script: list[str],
+    counts: list[int],
+    pair: tuple[int, int],
+    cost: CostModel,
+    rule: PriceRule | None,
+    placeholder: bool,
+    energy: GpuEnergy | None,
+    no_energy: str,
+) -> int:
+    s1, s2 = pair
+    included = rule is not None and rule.kind == "cloud" and rule.energy_included
     res = Result(
         name=args.name or Path(script[1] if script[0] == "-m" else script[0]).stem,
         script=script,
@@ -171,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
         price_per_gpu_hour=rule.hourly() if rule is not None else 0.0,
         currency=cost.currency,
         example_prices=cost.example_prices,
-        energy="not measured yet" if gpus else "no GPU energy counters on CPU",
+        energy=no_energy,
+        energy_price_per_kwh=0.0 if included else cost.energy_price_per_kwh * cost.pue,
         warmup=args.warmup,
         repeat=args.repeat,
         finish_steps=args.finish,
@@ -193,11 +221,13 @@ def run(args: argparse.Namespace) -> int:
                     break  # {steps} takes the larger count, once
                 what = f"{steps} steps" if steps is not None else "step timer"
                 _say(f"N={n}: run {k + 1} of {1 if mode == 'step timer' else runs_per_n} ({what}) ...")
-                r = scaling_run.run(
-                    args.python, n, sm.substitute(script, steps) if steps else script, steps, args.timeout
-                )
+                meter = EnergyMeter(energy.reader_of(n)) if energy is not None else None
+                with meter or contextlib.nullcontext():
+                    r = scaling_run.run(
+                        args.python, n, sm.substitute(script, steps) if steps else script, steps, args.timeout
+                    )
                 taken.append(r.seconds)
-                row.runs.append({"steps": steps, "seconds": r.seconds})
+                row.runs.append({"steps": steps, "seconds": r.seconds, "joules": meter.total() if meter else None})
                 row.transport = r.transport or row.transport
                 if not r.ok:
                     _failed(row, r, args.timeout)
@@ -215,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
                     if not r.timed:
                         row.status, row.error = "failed", "the run wrote no step times (gpuledger.steptimer)"
                         break
-                    _from_timer(row, r, args)
+                    _from_timer(row, r, args, meter)
             if mode == "two runs" and row.status == "ok":
                 _from_two_runs(row, args)
             if row.status == "ok" and row.step_seconds is not None:
@@ -300,13 +330,21 @@ def _from_two_runs(row: Row, args: argparse.Namespace) -> None:
         )
         return
     row.step_seconds = t
+    energies = median_joules(row.runs)
+    if len(energies) == 2:
+        (a, ja), (b, jb) = energies
+        row.energy_per_step = (jb - ja) / (b - a) if jb > ja else None
     if args.samples_per_step:
         row.samples_per_step = args.samples_per_step * (row.n if args.scaling == "weak" else 1)
 
 
-def _from_timer(row: Row, r: scaling_run.Run, args: argparse.Namespace) -> None:
+def _from_timer(row: Row, r: scaling_run.Run, args: argparse.Namespace, meter: EnergyMeter | None) -> None:
     times = [[float(x) for x in rank["step_seconds"]] for rank in r.ranks]
     row.step_seconds = sm.slowest_median(times, args.warmup)
+    window = timer_window(r.ranks[0], args.warmup) if meter is not None else None
+    if meter is not None and window is not None:
+        joules = meter.between(window[0], window[1])
+        row.energy_per_step = joules / window[2] if joules is not None else None
     samples = [rank.get("samples_per_step") for rank in r.ranks]
     if samples and all(isinstance(s, int | float) and s > 0 for s in samples):
         row.samples_per_step = float(sum(s for s in samples if s is not None))

@@ -69,7 +69,7 @@ def efficiency(n: int, s: float) -> float:
     return s / n
 
 
-def cost_per_steps(price_per_gpu_hour: float, n: int, step_seconds: float, steps: int = 1000) -> float:
+def cost_per_steps(price_per_gpu_hour: float, n: int, step_seconds: float, steps: float = 1000) -> float:
     """What ``steps`` steps cost: the price of N GPUs for that long."""
     return price_per_gpu_hour * n * step_seconds * steps / SECONDS_PER_HOUR
 

@@ -18,6 +18,7 @@ class Row:
     runs: list[dict[str, Any]] = field(default_factory=list)  # {"steps", "seconds"} of each run
     grad_bytes: int | None = None
     transport: str | None = None  # how NCCL moved the data (its own log); None: not said (gloo, CPU)
+    energy_per_step: float | None = None  # joules, all N GPUs together (their energy counters)
     error: str = ""
     tail: list[str] = field(default_factory=list)
 
@@ -32,7 +33,8 @@ class Result:
     price_per_gpu_hour: float
     currency: str
     example_prices: bool
-    energy: str  # why energy is n/a
+    energy: str  # why energy is n/a ("" where the GPUs' counters were read)
+    energy_price_per_kwh: float = 0.0  # x PUE; 0 where a cloud price includes the energy
     warmup: int = 0
     repeat: int = 1
     rows: list[Row] = field(default_factory=list)
@@ -47,10 +49,16 @@ class Result:
             return None
         return sm.speedup(self.scaling, r.n, b.step_seconds, r.step_seconds)
 
-    def cost_per_sample(self, r: Row) -> float | None:
-        if r.step_seconds is None or not r.samples_per_step:
+    def cost_per_steps(self, r: Row, steps: float = 1000) -> float | None:
+        """Hardware or rental for N GPUs over ``steps`` steps, plus their energy where measured."""
+        if r.step_seconds is None:
             return None
-        return sm.cost_per_steps(self.price_per_gpu_hour, r.n, r.step_seconds, 1) / r.samples_per_step
+        energy = (r.energy_per_step or 0.0) * steps / 3.6e6 * self.energy_price_per_kwh
+        return sm.cost_per_steps(self.price_per_gpu_hour, r.n, r.step_seconds, steps) + energy
+
+    def cost_per_sample(self, r: Row) -> float | None:
+        per_step = self.cost_per_steps(r, 1)
+        return None if per_step is None or not r.samples_per_step else per_step / r.samples_per_step
 
     def to_finish(self, r: Row) -> tuple[float, float] | None:
         """(seconds, cost) to finish ``finish_steps`` one-GPU steps at ``r``'s N: the same work, at
@@ -61,7 +69,8 @@ class Result:
         if self.finish_steps is None or b is None or b.step_seconds is None or not s or s <= 0:
             return None
         seconds = self.finish_steps * b.step_seconds / s
-        return seconds, seconds / 3600 * r.n * self.price_per_gpu_hour
+        cost = self.cost_per_steps(r, seconds / r.step_seconds) if r.step_seconds else None
+        return (seconds, cost) if cost is not None else None
 
     def verdicts(self) -> list[str]:
         b = self.baseline()
@@ -118,13 +127,20 @@ def table(res: Result) -> str:
         f"# {method}",
         f"# price {res.price_per_gpu_hour:,.2f} {cur} per GPU-hour{example}"
         + (", per rank here (no GPUs)" if res.unit == "ranks" else "")
-        + f"; energy per step n/a ({res.energy})",
+        + (
+            f"; energy per step n/a ({res.energy})"
+            if res.energy
+            else f"; energy from the GPUs' own counters at {res.energy_price_per_kwh:,.3f} {cur}/kWh (x PUE)"
+            if res.energy_price_per_kwh
+            else "; energy from the GPUs' own counters (in the cloud price)"
+        ),
     ]
+    joules = any(r.energy_per_step is not None for r in res.rows)
     unit = "gpus" if res.unit == "GPUs" else "ranks"
     runs_head = "  t1 s (steps)  t2 s (steps)" if res.method == "two runs" else ""
     lines.append(
         f"# {unit:>5}  {'step ms':>8}  {'samples/s':>10}  {'speedup':>7}  {'effic.':>6}  "
-        f"{cur + '/1k steps':>13}  {cur + '/sample':>12}{runs_head}"
+        f"{cur + '/1k steps':>13}  {cur + '/sample':>12}{'   J/step' if joules else ''}{runs_head}"
     )
     for r in res.rows:
         if r.status != "ok" or r.step_seconds is None:
@@ -132,11 +148,11 @@ def table(res: Result) -> str:
             continue
         s = res.speedup(r)
         thr = r.samples_per_step / r.step_seconds if r.samples_per_step else None
-        per_k = sm.cost_per_steps(res.price_per_gpu_hour, r.n, r.step_seconds)
+        per_k = res.cost_per_steps(r) or 0.0
         line = (
             f"  {r.n:>5}  {r.step_seconds * 1e3:>8.1f}  {_f(thr, '>10.1f'):>10}  {_f(s, '>7.2f'):>7}  "
             f"{_f(None if s is None else sm.efficiency(r.n, s) * 100, '>5.0f'):>5}%  {per_k:>13.4f}  "
-            f"{_f(res.cost_per_sample(r), '>12.3g'):>12}"
+            f"{_f(res.cost_per_sample(r), '>12.3g'):>12}" + (f"  {_f(r.energy_per_step, '>7.1f'):>7}" if joules else "")
         )
         if res.method == "two runs":
             line += "".join(f"  {sec:>5.1f} ({steps:>5})" for steps, sec in median_times(r.runs))
@@ -175,6 +191,16 @@ def median_times(runs: list[dict[str, Any]]) -> list[tuple[int, float]]:
     return [(k, statistics.median(v)) for k, v in sorted(by.items())]
 
 
+def median_joules(runs: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(steps, median joules) at each step count, fewest steps first; none unless every run has them."""
+    if not runs or any(run.get("joules") is None for run in runs):
+        return []
+    by: dict[int, list[float]] = {}
+    for run in runs:
+        by.setdefault(int(run["steps"] or 0), []).append(float(run["joules"]))
+    return [(k, statistics.median(v)) for k, v in sorted(by.items())]
+
+
 def to_json(res: Result) -> dict[str, Any]:
     doc = asdict(res)
     for r, row in zip(res.rows, doc["rows"], strict=True):
@@ -184,11 +210,9 @@ def to_json(res: Result) -> dict[str, Any]:
         row["throughput_samples_per_second"] = (
             r.samples_per_step / r.step_seconds if r.samples_per_step and r.step_seconds else None
         )
-        row["cost_per_1000_steps"] = (
-            None if r.step_seconds is None else sm.cost_per_steps(res.price_per_gpu_hour, r.n, r.step_seconds)
-        )
+        row["cost_per_1000_steps"] = res.cost_per_steps(r)
         row["cost_per_sample"] = res.cost_per_sample(r)
-        row["energy_per_step_joules"] = None
+        row["energy_per_step_joules"] = r.energy_per_step
         finish = res.to_finish(r)
         row["finish_seconds"], row["finish_cost"] = finish if finish is not None else (None, None)
     f = res.fit()

@@ -40,6 +40,7 @@ def steps(iterable: Iterable[T], *, samples_per_step: int | None = None, grad_by
         yield from iterable
         return
     times: list[float] = []
+    started_at = time.time()  # wall clock: the command lines the steps up with the GPUs' energy reads
     last = time.perf_counter()
     try:
         for item in iterable:
@@ -48,10 +49,12 @@ def steps(iterable: Iterable[T], *, samples_per_step: int | None = None, grad_by
             times.append(now - last)
             last = now
     finally:
-        _write(Path(folder), times, samples_per_step, grad_bytes)
+        _write(Path(folder), times, samples_per_step, grad_bytes, started_at)
 
 
-def _write(folder: Path, times: list[float], samples_per_step: int | None, grad_bytes: int | None) -> None:
+def _write(
+    folder: Path, times: list[float], samples_per_step: int | None, grad_bytes: int | None, started_at: float
+) -> None:
     rank = int(os.environ.get("RANK", "0"))
     doc = {
         "rank": rank,
@@ -59,6 +62,7 @@ def _write(folder: Path, times: list[float], samples_per_step: int | None, grad_
         "samples_per_step": samples_per_step,
         "grad_bytes": grad_bytes,
         "step_seconds": times,
+        "started_at": started_at,
     }
     path = folder / f"rank-{rank}.json"
     tmp = path.with_suffix(".tmp")
