@@ -63,10 +63,16 @@ class PrometheusSettings(_Section):
     )
     concurrency: int = Field(4, ge=1, le=32, description="queries in flight at once")
     max_response_bytes: int = Field(
-        256 * 2**20,
+        64 * 2**20,
         ge=2**16,
         description="bytes of answers (decoded) read at once, all queries in flight together: a query whose answer "
-        "goes past it fails, before it is all read",
+        "goes past it fails, before it is all read (parsed, an answer takes about 10 times its bytes)",
+    )
+    max_report_memory_bytes: int = Field(
+        2 * 2**30,
+        ge=64 * 2**20,
+        description="the report gives up, with one line, once its process holds more than this while reading "
+        "answers (a 1,024-GPU week takes ~300 MiB)",
     )
     naming: Literal["gpuledger", "dcgm"] = Field(
         "gpuledger", description="which exporter's series to read: gpuledger, or dcgm (NVIDIA dcgm-exporter)"

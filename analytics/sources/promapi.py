@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import ssl
 import threading
 import time
@@ -58,6 +59,19 @@ class QueryError(PartFailed):
 
 class DeadlinePassed(SourceUnavailable):
     """The report's deadline (``prometheus.deadline_seconds``) passed before its queries ended."""
+
+
+class ReportTooLarge(SourceUnavailable):
+    """The process grew past ``prometheus.max_report_memory_bytes`` while reading a report's answers."""
+
+
+def resident_bytes() -> int | None:
+    """This process' resident memory now (Linux /proc; None elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -220,7 +234,10 @@ class PromAPI:
                 if status not in RETRYABLE:
                     with self._state:
                         self._fails = 0
-                    return _data(redact(self.s.url) + path, status, body, kind)
+                    data = _data(redact(self.s.url) + path, status, body, kind)
+                    del body
+                    self._held()
+                    return data
                 problem, timed_out = f"HTTP {status}", False
             tries += 1
             time.sleep(self._failed(sent_in, tries, attempts, problem, timed_out))
@@ -265,6 +282,23 @@ class PromAPI:
             raise _again(self._down[1])
         if self._deadline is not None and self._clock() >= self._deadline:
             self._give_up(DeadlinePassed(f"prometheus {self.s.url}: {self._over()}"))
+
+    def _held(self) -> None:
+        """Give the report up once this process holds more than ``max_report_memory_bytes``: the
+        answers it read so far, parsed, and what the report built of them (each answer alone is
+        capped by ``max_response_bytes``; this caps them all together)."""
+        limit = self.s.max_report_memory_bytes
+        held = resident_bytes()
+        if held is None or held <= limit:
+            return
+        with self._state:
+            self._give_up(
+                ReportTooLarge(
+                    f"prometheus {redact(self.s.url)}: the report holds {held / 2**20:,.0f} MiB after {self.queries} "
+                    f"queries, over prometheus.max_report_memory_bytes = {limit:,}: narrow it (--days, "
+                    "[analytics] group_by) or raise the limit"
+                )
+            )
 
     def _over(self) -> str:
         return f"the report's deadline of {self.s.deadline_seconds:g} s passed (prometheus.deadline_seconds)"

@@ -106,7 +106,8 @@ class PromQLSource(Enriched):
         def runs(metric: str) -> dict[int, tuple[BenchRun, ...]]:
             out: dict[int, tuple[BenchRun, ...]] = {}
             for series in self.api.query_range(f"max by (world_size) ({metric})", w.start - step, w.end - 1, step):
-                if "world_size" not in series.labels:
+                world = label_number(series.labels, "world_size")
+                if world is None or world != int(world):
                     continue
                 found, before = [], None  # before: the figure at the end of the previous window
                 for t, v in series.points:
@@ -114,12 +115,13 @@ class PromQLSource(Enriched):
                         found.append(BenchRun(t, v))
                     before = v
                 if found:
-                    out[int(series.labels["world_size"])] = tuple(found)
+                    out[int(world)] = tuple(found)
             return dict(sorted(out.items()))
 
         def by_size(metric: str) -> dict[int, float]:
             series = self.api.query(f"max by (world_size) (last_over_time({metric}[{r}]))", w.end)
-            return {int(s.labels["world_size"]): s.value for s in series if "world_size" in s.labels}
+            sizes = ((label_number(s.labels, "world_size"), s.value) for s in series)
+            return {int(k): v for k, v in sizes if k is not None and k == int(k)}
 
         busbw = runs("gpuledger_bench_allreduce_largest_busbw_bytes_per_second")
         speedup = runs("gpuledger_bench_train_speedup_ratio")
@@ -248,6 +250,16 @@ def split_pod(job: str) -> tuple[str, str]:
     return (ns, pod) if sep and ns and pod else ("", "")
 
 
+def label_number(labels: Mapping[str, str], name: str) -> float | None:
+    """A label that holds a number (``le``, ``world_size``), or None where the series lacks it or
+    it holds something else: a server's odd series is skipped, never a crash."""
+    try:
+        v = float(labels[name])
+    except (KeyError, ValueError):
+        return None
+    return v if not math.isnan(v) and (name == "le" or math.isfinite(v)) else None
+
+
 def _histogram_queue(api: PromAPI, w: Window) -> list[QueueWeek]:
     r = rng(w.seconds)
     hist = "gpuledger_queue_wait_seconds"
@@ -265,7 +277,9 @@ def _histogram_queue(api: PromAPI, w: Window) -> list[QueueWeek]:
         q[quantile] = {s.labels.get("partition", ""): s.value for s in api.query(expr, w.end)}
     buckets: dict[str, list[tuple[float, float]]] = {}
     for s in api.query(f"sum by (le, partition) (increase({hist}_bucket[{r}]))", w.end):
-        buckets.setdefault(s.labels.get("partition", ""), []).append((float(s.labels["le"]), s.value))
+        le = label_number(s.labels, "le")
+        if le is not None:  # a server's series without a bound is no bucket
+            buckets.setdefault(s.labels.get("partition", ""), []).append((le, s.value))
     pending = {
         s.labels.get("partition", ""): s.value * w.hours
         for s in api.query(f"sum by (partition) (avg_over_time(gpuledger_queue_pending_gpus[{r}]))", w.end)

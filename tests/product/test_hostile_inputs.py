@@ -212,6 +212,36 @@ def test_an_answer_over_the_size_cap_fails_before_it_is_read(fake: FakePrometheu
     assert len(api_for(fake, max_response_bytes=2**20).query("up", 0)) == 1
 
 
+@pytest.mark.integration
+def test_a_report_gives_up_once_its_answers_fill_the_memory_cap(fake: FakePrometheus, tmp_path: Path) -> None:
+    """Every answer valid and under the per-answer cap (100,000 GPU-shaped series, 15 MB): before,
+    the report grew past 2.6 GB and crashed on the first series without `le` after 78 queries; now
+    it stops at the report's cap with one line naming it, having read a handful of answers."""
+    fake.answer = Answer(series=100_000, declare_length=False)
+    r = run_cli(
+        "report", "--days", "1", "--source", "prometheus", "--prometheus-url", fake.url, "--out", str(tmp_path),
+        env={"GPULEDGER_PROMETHEUS__MAX_REPORT_MEMORY_BYTES": str(300 * 2**20)},
+        timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    (line,) = [x for x in r.stderr.splitlines() if x.strip()]
+    assert "the report holds" in line and "prometheus.max_report_memory_bytes = 314,572,800" in line
+    assert len(fake.requests) < 40  # it stopped early, not at the end
+
+
+@pytest.mark.integration
+def test_series_without_the_labels_a_query_groups_by_are_skipped(fake: FakePrometheus, tmp_path: Path) -> None:
+    """A server answering every query with the same GPU-like series: no `le` on the queue's buckets,
+    no `world_size` on the benchmarks' series: skipped, never a KeyError."""
+    fake.answer = Answer(series=40)
+    r = run_cli(
+        "report", "--days", "1", "--source", "prometheus", "--prometheus-url", fake.url, "--out", str(tmp_path),
+        timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert (tmp_path / "gpuledger-last-1d.json").exists() and "INCOMPLETE" in r.stderr  # and says so
+
+
 def test_the_size_cap_has_a_floor() -> None:
     with pytest.raises(ValueError, match="max_response_bytes"):
         PrometheusSettings(max_response_bytes=10)

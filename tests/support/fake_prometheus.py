@@ -20,8 +20,12 @@ class Answer:
     content_type: str = "application/json"
     size: int | None = None  # instead of body: a valid-looking JSON answer this many bytes long
     declare_length: bool = True  # send Content-Length (else chunked)
+    series: int | None = None  # instead of body: a valid vector of this many GPU-like series (~110 bytes each)
 
     def chunks(self) -> Iterator[bytes]:
+        if self.series is not None:
+            yield from _vector(self.series)
+            return
         if self.size is None:
             yield self.body
             return
@@ -32,6 +36,26 @@ class Answer:
         while left > 0:
             yield filler[: min(left, CHUNK)]
             left -= CHUNK
+
+    def length(self) -> int:
+        if self.series is not None:
+            return sum(len(c) for c in _vector(self.series))
+        return len(self.body) if self.size is None else self.size
+
+
+def _vector(n: int) -> Iterator[bytes]:
+    """A valid instant-query answer of ``n`` series, produced as it is sent, in chunks."""
+    yield b'{"status":"success","data":{"resultType":"vector","result":['
+    batch: list[bytes] = []
+    for k in range(n):
+        batch.append(
+            b'%s{"metric":{"__name__":"gpuledger_gpu_info","instance":"node%06d:10044","job":"gpuledger",'
+            b'"gpu":"%d","uuid":"GPU-%08d"},"value":[1700000000,"1"]}' % (b"," if k else b"", k // 8, k % 8, k)
+        )
+        if len(batch) == 512:
+            yield b"".join(batch)
+            batch = []
+    yield b"".join(batch) + b"]}}"
 
 
 @dataclass
@@ -59,7 +83,7 @@ class FakePrometheus:
                 a = fake.answer
                 self.send_response(a.status)
                 self.send_header("Content-Type", a.content_type)
-                total = len(a.body) if a.size is None else a.size
+                total = a.length()
                 if a.declare_length:
                     self.send_header("Content-Length", str(total))
                 else:
