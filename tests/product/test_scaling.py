@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,11 +19,7 @@ from gpuledger import scaling_math as sm
 from gpuledger.cli import main
 from gpuledger.scaling_report import Result, Row, median_times, table, to_json
 from gpuledger.scaling_run import _tail
-from tests.support.paths import REPO
-
-EXAMPLE = str(REPO / "examples" / "scaling_train.py")
-PRICE = 2.0  # per GPU-hour, in the test's config
-
+from tests.support.scaling import EXAMPLE, PRICE, rows_of, run_scaling
 
 # --- pure functions ----------------------------------------------------------------------------
 
@@ -223,43 +215,16 @@ def test_bad_input_is_one_line_and_exit_2(
 # --- the real thing: torchrun, gloo, 1 and 2 CPU ranks --------------------------------------------
 
 
-def _config(tmp_path: Path) -> Path:
-    path = tmp_path / "gpuledger.toml"
-    path.write_text(f'[cost]\ncurrency = "EUR"\n[cost.default]\nkind = "cloud"\nprice_per_gpu_hour = {PRICE}\n')
-    return path
-
-
-def _scaling(tmp_path: Path, flags: list[str], script_args: list[str], timeout: float = 300) -> tuple[Any, Any]:
-    """Run the command as a user does; (completed process, the --json document or None)."""
-    out = tmp_path / "result.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
-    cmd = [sys.executable, "-m", "gpuledger", "scaling", "--config", str(_config(tmp_path)), "--json", str(out)]
-    r = subprocess.run(
-        [*cmd, *flags, "--", EXAMPLE, *script_args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=timeout,
-    )
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    return r, json.loads(out.read_text()) if out.exists() else None
-
-
-def _rows(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    return {row["n"]: row for row in doc["rows"]}
-
-
 @pytest.mark.integration
 def test_two_runs_per_n_exclude_the_start_up(tmp_path: Path) -> None:
     """{steps}: 10 and 210 steps at each N (10 s apart: torchrun's start-up varies by seconds on a busy machine);
     1.5 s of start-up (and torchrun's) is in both runs."""
-    r, doc = _scaling(
+    r, doc = run_scaling(
         tmp_path, ["--gpus", "1,2", "--steps", "10,210", "--samples-per-step", "16"], ["--steps", "{steps}"]
     )
     assert r.returncode == 0, r.stderr
     assert doc["method"] == "two runs" and doc["scaling"] == "weak"
-    for n, row in _rows(doc).items():
+    for n, row in rows_of(doc).items():
         step = row["step_seconds"]
         naive = min(run["seconds"] for run in row["runs"]) / 10  # the short run's time over its steps
         assert 0.01 < step < 0.2, row  # 0.05 s of sleep a step, a few ms of work
@@ -276,7 +241,7 @@ def test_two_runs_per_n_exclude_the_start_up(tmp_path: Path) -> None:
 def test_step_timer_weak_scaling(tmp_path: Path) -> None:
     """Recorded in a history too (--history): the record reads back as the --json document says."""
     hist = tmp_path / "history.db"
-    r, doc = _scaling(
+    r, doc = run_scaling(
         tmp_path, ["--gpus", "1,2", "--name", "tiny-lm", "--history", str(hist)], ["--helper", "--steps", "30"]
     )
     assert r.returncode == 0, r.stderr
@@ -292,7 +257,7 @@ def test_step_timer_weak_scaling(tmp_path: Path) -> None:
     ]
     assert run.verdicts == tuple(doc["verdicts"]) and run.verdicts[0].startswith("2 ranks: ")
     assert doc["method"] == "step timer"
-    rows = _rows(doc)
+    rows = rows_of(doc)
     for n, row in rows.items():
         assert 0.045 < row["step_seconds"] < 0.12, row  # 0.05 s of sleep, the 1.5 s start-up nowhere
         assert row["samples_per_step"] == 16 * n  # from the helper: 16 per rank
@@ -305,58 +270,12 @@ def test_step_timer_weak_scaling(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_step_timer_strong_scaling_with_a_prediction(tmp_path: Path) -> None:
-    r, doc = _scaling(tmp_path, ["--gpus", "1,2", "--scaling", "strong"], ["--helper", "--strong", "--steps", "30"])
+    r, doc = run_scaling(tmp_path, ["--gpus", "1,2", "--scaling", "strong"], ["--helper", "--strong", "--steps", "30"])
     assert r.returncode == 0, r.stderr
-    rows = _rows(doc)
+    rows = rows_of(doc)
     assert 0.045 < rows[1]["step_seconds"] < 0.12
     assert 0.02 < rows[2]["step_seconds"] < rows[1]["step_seconds"]  # half the sleep at 2 ranks
     assert 1.3 < rows[2]["speedup"] < 2.2  # truth: 2x, less the all-reduce
     assert rows[2]["samples_per_step"] == rows[1]["samples_per_step"] == 16  # a fixed global batch
     assert doc["prediction"]["law"] == "Amdahl" and doc["prediction"]["next_n"] == 4
     assert "strong scaling" in r.stdout and "prediction (Amdahl fit" in r.stdout and "4 ranks:" in r.stdout
-
-
-@pytest.mark.integration
-def test_no_steps_placeholder_and_no_step_timer_is_bad_input(tmp_path: Path) -> None:
-    r, doc = _scaling(tmp_path, ["--gpus", "1,2"], ["--steps", "5", "--startup", "0"])
-    assert r.returncode == 2 and doc is None and r.stdout == ""
-    assert r.stderr.splitlines()[-1].startswith("gpuledger scaling: no {steps} in the script's arguments")
-    assert "N=2" not in r.stderr  # found out after the first run, not after all of them
-
-
-@pytest.mark.integration
-def test_a_script_failing_at_one_n_keeps_the_others(tmp_path: Path) -> None:
-    r, doc = _scaling(tmp_path, ["--gpus", "1,2"], ["--helper", "--steps", "20", "--fail-at", "2"])
-    assert r.returncode == 1, r.stderr
-    rows = _rows(doc)
-    assert rows[1]["status"] == "ok" and rows[1]["step_seconds"] > 0
-    assert rows[2]["status"] == "failed" and "exit 3" in rows[2]["error"]
-    assert "gpuledger scaling: N=2: the script failed (exit 3 of a rank), its last lines:" in r.stderr
-    assert "  | scaling_train: failing on purpose at world size 2" in r.stderr
-    assert "ChildFailedError" not in r.stderr  # torchrun's own report is not the script's last lines
-
-
-def _processes_with(tag: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if tag.encode() in cmdline:
-            found.append(int(pid))
-    return found
-
-
-@pytest.mark.integration
-def test_a_hang_is_ended_with_every_process_of_the_run(tmp_path: Path) -> None:
-    tag = f"hang-{uuid.uuid4().hex}"
-    r, doc = _scaling(
-        tmp_path, ["--gpus", "1,2", "--timeout", "30"], ["--helper", "--steps", "10", "--hang-at", "2", "--tag", tag]
-    )
-    assert r.returncode == 1, r.stderr
-    rows = _rows(doc)
-    assert rows[1]["status"] == "ok"
-    assert rows[2]["status"] == "timeout"
-    assert "N=2: no end within --timeout 30 s: every process of the run was ended" in r.stderr
-    assert _processes_with(tag) == []  # torchrun and both ranks (each in a session of its own) are gone

@@ -18,9 +18,8 @@ from gpuledger import scaling
 from gpuledger.cli import main
 from gpuledger.scaling_energy import EnergyMeter, GpuEnergy, timer_window, visible_indices
 from gpuledger.scaling_report import Result, Row, median_joules, table, to_json
-from tests.support.paths import REPO
+from tests.support.scaling import EXAMPLE, PRICE, config
 
-EXAMPLE = str(REPO / "examples" / "scaling_train.py")
 WATTS = 250.0  # per stand-in GPU
 
 
@@ -116,9 +115,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch) -> StandIn:
 
 def _run(tmp_path: Path, flags: list[str], script: list[str]) -> dict[str, Any]:
     out = tmp_path / "r.json"
-    cfg = tmp_path / "c.toml"
-    cfg.write_text('[cost]\ncurrency = "EUR"\n[cost.default]\nkind = "cloud"\nprice_per_gpu_hour = 2.0\n')
-    code = main(["scaling", "--config", str(cfg), "--json", str(out), *flags, "--", EXAMPLE, *script])
+    code = main(["scaling", "--config", str(config(tmp_path)), "--json", str(out), *flags, "--", EXAMPLE, *script])
     assert code == 0
     doc: dict[str, Any] = json.loads(out.read_text())
     return doc
@@ -131,7 +128,7 @@ def test_step_timer_energy_is_power_times_gpus_times_step(stand_in: StandIn, tmp
     for row in doc["rows"]:
         # rank 0's steady steps, mean; step_seconds is the slowest rank's median: close, not equal
         assert row["energy_per_step_joules"] == pytest.approx(WATTS * row["n"] * row["step_seconds"], rel=0.15)
-        hardware = 2.0 * row["n"] * row["step_seconds"] * 1000 / 3600
+        hardware = PRICE * row["n"] * row["step_seconds"] * 1000 / 3600
         energy = row["energy_per_step_joules"] * 1000 / 3.6e6 * 0.15 * 1.3  # the default flat price and PUE
         assert row["cost_per_1000_steps"] == pytest.approx(hardware + energy)
 
