@@ -25,6 +25,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from analytics import synthetic_links
 from domain import states
 from domain.jobs import JobKey
 from domain.week import Window
@@ -427,6 +428,7 @@ def write_history(f: Fleet, path: str | Path, step: int = 60) -> None:
                             "allocated_idle_seconds": i,
                             "stalled_seconds": f.stalled[d.uuid][k],  # measured (GPM), mostly 0
                             "mig_sampled_seconds": s if d.uuid in f.mig else None,
+                            **synthetic_links.history_values(b, d.uuid in f.mig),
                         }
                         rows.append(MinuteRow(int(w.start + k * step), d, values))
                 history.insert_minutes(db, rows, host)

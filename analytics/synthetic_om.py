@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+from analytics import synthetic_links
 from analytics.synthetic import Fleet
 from exporter.slurm.watcher import WAIT_BUCKETS
 
@@ -115,13 +116,25 @@ def write(f: Fleet, path: str | Path, naming: str = "gpuledger", step: int = 60)
             if dev.uuid in f.mig:  # every second of it in MIG mode
                 _series(out, "gpuledger_gpu_mig_sampled_seconds_total", base, cumulative(0))
                 count += len(times)
+            mig = dev.uuid in f.mig
+            links = [synthetic_links.minute_bytes(r[1], mig) for r in rows]
+            for link, name, labels in (
+                ("pcie", "gpuledger_gpu_pcie_bytes_total", {}),
+                ("nvlink", "gpuledger_gpu_nvlink_bytes_total", {"link": "0"}),  # all of it on link 0
+            ):
+                if link in links[0]:
+                    half = [(b[link] / 2,) for b in links]
+                    for direction in ("tx", "rx"):
+                        _series(out, name, {**base, **labels, "direction": direction}, cumulative(0, half))
+                        count += len(times)
             holders = [
-                (key, first, last, _alone(rows, stalled)) for key, first, last in f.job_minutes.get(dev.uuid, [])
+                (key, first, last, _alone(rows, stalled), 1.0) for key, first, last in f.job_minutes.get(dev.uuid, [])
             ]
-            holders += [  # on a slice: held the whole time; busy, energy and charged its share
-                (sp.key, sp.first, sp.last, _on_slice(rows, sp.share, sp.sm)) for sp in f.mig.get(dev.uuid, [])
+            holders += [  # on a slice: held the whole time; busy, energy, charged and link bytes its share
+                (sp.key, sp.first, sp.last, _on_slice(rows, sp.share, sp.sm), sp.share)
+                for sp in f.mig.get(dev.uuid, [])
             ]
-            for key, first, last, job_minute in holders:
+            for key, first, last, job_minute, share in holders:
                 jl = {**base, "job_id": key.job_id, "user": key.user}
                 span = [t for t in times if w.start + first * step <= t <= w.start + last * step + GRACE]
                 for i, name in JOB_COUNTERS:
@@ -130,6 +143,13 @@ def write(f: Fleet, path: str | Path, naming: str = "gpuledger", step: int = 60)
                         cum.append(cum[-1] + job_minute(k)[i])
                     pts = ((t, cum[min(len(cum) - 1, int((t - w.start) // step) - first)]) for t in span)
                     _series(out, f"gpuledger_job_gpu_{name}_total", jl, pts)
+                    count += len(span)
+                for link in links[0]:
+                    cum = [0.0]
+                    for k in range(first, last):
+                        cum.append(cum[-1] + share * links[k][link])
+                    pts = ((t, cum[min(len(cum) - 1, int((t - w.start) // step) - first)]) for t in span)
+                    _series(out, "gpuledger_job_gpu_link_bytes_total", {**jl, "link": link}, pts)
                     count += len(span)
         if naming == "gpuledger":
             count += _queue(f, out, times)

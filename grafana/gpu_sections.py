@@ -152,7 +152,8 @@ def add_jobs(d: Dashboard) -> None:
             "Per-job held, charged, busy, stalled and energy",
             "Over the time range, per job on the GPU: hours held, hours charged (its share of the "
             "GPU's time when jobs share it: what chargeback prices), hours busy, hours stalled, "
-            "busy / held and the job's share of the GPU's energy.",
+            "busy / held, the job's share of the GPU's energy and of its NVLink and PCIe traffic (sent + "
+            "received, both links together).",
             [
                 Col("held", f"{by} ({per_gpu(increase('gpuledger_job_gpu_sampled_seconds_total'))}) / 3600", "h"),
                 Col("charged", f"{by} ({per_gpu(increase('gpuledger_job_gpu_charged_seconds_total'))}) / 3600", "h"),
@@ -167,6 +168,11 @@ def add_jobs(d: Dashboard) -> None:
                     thresholds=UTILISATION,
                 ),
                 Col("energy", f"{by} ({per_gpu(increase('gpuledger_job_gpu_energy_joules_total'))}) / 3.6e6", "kwatth"),
+                Col(
+                    "NVLink + PCIe",
+                    f"{by} ({per_gpu(increase('gpuledger_job_gpu_link_bytes_total'))})",
+                    "decbytes",
+                ),
             ],
             ["hostname", "gpu", "job_id", "user", "pod", "namespace"],
             sort="held",

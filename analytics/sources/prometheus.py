@@ -138,13 +138,19 @@ class PrometheusSource(PromQLSource):
         energy: dict[tuple[str, JobKey], float] = defaultdict(float)
         charged: dict[tuple[str, JobKey], float] = defaultdict(float)  # absent: an exporter before it
         stalled: dict[tuple[str, JobKey], float] = defaultdict(float)  # absent: no GPM
-        metrics = (
+        links: dict[tuple[str, JobKey], float] = defaultdict(float)  # keyed (uuid, job) per link below
+        by_link: dict[str, dict[tuple[str, JobKey], float]] = {"nvlink": defaultdict(float), "pcie": defaultdict(float)}
+        metrics: tuple[tuple[str, dict[tuple[str, JobKey], float]], ...] = (
             ("sampled_seconds", sampled),
             ("busy_seconds", busy),
             ("energy_joules", energy),
             ("charged_seconds", charged),
             ("stalled_seconds", stalled),
+            ("link_bytes", links),  # by link: sent + received over NVLink or PCIe, times the job's share
         )
+
+        def grouping(metric: str) -> str:
+            return f"{by}, link" if metric == "link_bytes" else by
 
         def growth(metric: str, seconds: float) -> str:
             if rolled:  # the day's 5-minute buckets
@@ -152,14 +158,19 @@ class PrometheusSource(PromQLSource):
             return f"increase(gpuledger_job_gpu_{metric}_total[{rng(seconds)}])"
 
         asked = [
-            (into, 1.0, f"sum by ({by}) ({growth(metric, day.seconds)})", day.end)
+            (into, 1.0, f"sum by ({grouping(metric)}) ({growth(metric, day.seconds)})", day.end)
             for day in days(w)
             for metric, into in metrics
         ]
         gap = counters.bucket_gap(self.api, "gpuledger:job_gpu_sampled_seconds:increase5m", w) if rolled else 0.0
         if gap:  # the buckets onto the window's edges, as for the GPUs (counters.rollup_totals)
             asked += [
-                (into, sign, f"sum by ({by}) ({counters.fragment(f'gpuledger_job_gpu_{metric}_total', gap)})", t)
+                (
+                    into,
+                    sign,
+                    f"sum by ({grouping(metric)}) ({counters.fragment(f'gpuledger_job_gpu_{metric}_total', gap)})",
+                    t,
+                )
                 for sign, t in ((-1.0, w.start), (1.0, w.end))
                 for metric, into in metrics
             ]
@@ -171,11 +182,14 @@ class PrometheusSource(PromQLSource):
                 labels = (get("uuid", ""), *(get(k, "") for k in JOB_LABELS))
                 if (key := keys.get(labels)) is None:
                     key = keys[labels] = (labels[0], JobKey(*labels[1:]))
+                target = into if into is not links else by_link.get(get("link", ""))
+                if target is None:
+                    continue  # a link this report does not know
                 if sign > 0:
                     seen[key] = None
-                    into[key] += s.value
+                    target[key] += s.value
                 elif key in seen:  # growth before the window: of a job the window's buckets hold
-                    into[key] -= s.value
+                    target[key] -= s.value
         return [
             JobWeek(
                 u,
@@ -186,6 +200,8 @@ class PrometheusSource(PromQLSource):
                 energy[u, k],
                 charged_s=charged.get((u, k)),
                 stalled_s=stalled.get((u, k)),
+                nvlink_bytes=by_link["nvlink"].get((u, k)),
+                pcie_bytes=by_link["pcie"].get((u, k)),
             )
             for u, k in sorted(seen, key=lambda x: x[0])
         ]

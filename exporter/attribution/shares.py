@@ -38,9 +38,13 @@ class JobCounters:
     power_integral: float = 0.0  # J by power x time x share since the last energy apportioning
     last_seen: float = 0.0  # monotonic
     holding: bool = False
+    # the GPU's link bytes (sent + received) while the job held it, times its share, by link
+    # ("nvlink", "pcie"); a link the GPU has no counter for is never a key
+    link_bytes: dict[str, float] = dataclasses.field(default_factory=dict)
+    link_charged: dict[str, float] = dataclasses.field(default_factory=dict)  # s x share since that link's last split
 
     def copy(self) -> JobCounters:
-        return dataclasses.replace(self)
+        return dataclasses.replace(self, link_bytes=dict(self.link_bytes), link_charged=dict(self.link_charged))
 
 
 def job_key(owner: Owner | None, pod: PodDevice | None) -> JobKey:
@@ -76,10 +80,14 @@ def shares(
     return out
 
 
+LINKS = ("nvlink", "pcie")
+
+
 @dataclass
 class GpuJobs:
     jobs: dict[JobKey, JobCounters] = field(default_factory=dict)
     gpu_power_integral: float = 0.0  # the whole GPU's, since the last energy apportioning
+    link_sampled: dict[str, float] = field(default_factory=dict)  # covered seconds since each link's last split
 
     def integrate(
         self,
@@ -99,11 +107,15 @@ class GpuJobs:
             c.holding = False
         p = power or 0.0
         self.gpu_power_integral += p * dt
+        for link in LINKS:
+            self.link_sampled[link] = self.link_sampled.get(link, 0.0) + dt
         for key, share in holders.items():
             c = self._counters(key)
             c.holding, c.last_seen = True, now
             c.sampled_seconds += dt
             c.charged_seconds += dt * share
+            for link in LINKS:
+                c.link_charged[link] = c.link_charged.get(link, 0.0) + dt * share
             c.busy_seconds += (busy * share if busy_of is None else busy_of.get(key, 0.0)) * dt
             if energy_from_power:
                 c.energy_joules += p * dt * share
@@ -135,6 +147,17 @@ class GpuJobs:
         for c in self.jobs.values():
             c.power_integral = 0.0
         self.gpu_power_integral = 0.0
+
+    def apportion_link(self, link: str, delta: float) -> None:
+        """Split an increase of the GPU's ``link`` bytes (sent + received) over the jobs by their share
+        of the covered time since the last split, as the history splits each minute's; the part of
+        the time no job held stays with the GPU. Read in the slow lanes, every 30 s by default."""
+        sampled = self.link_sampled.get(link, 0.0)
+        for c in self.jobs.values():
+            held = c.link_charged.pop(link, 0.0)
+            if sampled > 0 and delta >= 0 and held > 0:
+                c.link_bytes[link] = c.link_bytes.get(link, 0.0) + delta * held / sampled
+        self.link_sampled[link] = 0.0
 
     def expire(self, now: float, grace: float) -> None:
         """Forget jobs that left the GPU more than ``grace`` seconds ago (bounded cardinality)."""

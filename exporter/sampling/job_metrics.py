@@ -49,6 +49,10 @@ def _per_job(fn: Callable[[JobCounters], float | None]) -> Callable[[GpuSnapshot
     return value
 
 
+def _links(g: GpuSnapshot) -> Value:
+    return {(*k.labels(), link): v for k, c in g.jobs.items() for link, v in sorted(c.link_bytes.items())}
+
+
 # fmt: off
 FEATURE: Feature[AttributionStatus] = Feature("jobs", AttributionStatus, (
     gpu_row("gpuledger_gpu_job_info", "info", "", "A job holding the GPU now (Slurm job, pod, user); empty = unknown.",
@@ -70,6 +74,10 @@ FEATURE: Feature[AttributionStatus] = Feature("jobs", AttributionStatus, (
     gpu_row("gpuledger_job_gpu_energy_joules_total", "counter", "joules",
             "The GPU's energy-counter increase apportioned by the job's share of power x time.",
             "attribution", _per_job(lambda c: c.energy_joules), JOB_LABELS),
+    gpu_row("gpuledger_job_gpu_link_bytes_total", "counter", "bytes",
+            "The GPU's NVLink or PCIe bytes (sent + received) while the job held it, times its share of the time "
+            "between two reads of the link counters; absent for a link the GPU has no counter for.",
+            "attribution + NVML field values", _links, (*JOB_LABELS, "link")),
     row("gpuledger_job_info", "info", "",
         "A Slurm job on this host with its account, partition and QOS as its environment names them "
         "(empty = not named); join on job_id.", "/proc/PID/environ (SLURM_JOB_ACCOUNT, _PARTITION, _QOS)",

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from exporter.facts import Fact, pcie
-from exporter.readers import PcieThroughput, Reader
+from exporter.facts import Fact, nvlink, pcie
+from exporter.readers import FactValue, PcieThroughput, Reader
 from exporter.sampling import fact_reads
 from exporter.sampling.gpu_state import ErrorBook, TrackedGpu, call
 from exporter.snapshot import GpuHealth
@@ -93,6 +93,15 @@ def _newer(old: T | None, new: T | None) -> T | None:
     return old if new is None else new
 
 
+LINK_FACTS = {"nvlink": (nvlink.TX, nvlink.RX), "pcie": (pcie.TX, pcie.RX)}
+"""The counters whose increases the jobs on a GPU share (``GpuJobs.apportion_link``)."""
+
+
+def _total(v: FactValue) -> float:
+    """A counter increase summed over its links (NVLink's are per link)."""
+    return sum(v.values()) if isinstance(v, Mapping) else float(v)
+
+
 def apply(gpu: TrackedGpu, r: SlowReading) -> None:
     """Fold a slow reading into ``gpu`` (caller holds the sampler lock)."""
     new = r.health
@@ -101,6 +110,9 @@ def apply(gpu: TrackedGpu, r: SlowReading) -> None:
         tx, rx = grew.get(pcie.TX.name), grew.get(pcie.RX.name)
         if tx is not None and rx is not None:  # the PCIe throughput is the counters' mean rate
             new = dataclasses.replace(new, pcie=PcieThroughput(_rate(tx), _rate(rx)))
+        for link, facts in LINK_FACTS.items():
+            if any(f.name in r.facts.values for f in facts):  # a first read splits nothing, and starts the span
+                gpu.jobs.apportion_link(link, sum(_total(grew[f.name][0]) for f in facts if f.name in grew))
     if r.energy_unsupported and not gpu.energy_from_power:
         log.info("gpu %d: no energy counter; integrating power instead", gpu.info.index)
         gpu.energy_from_power = True

@@ -91,3 +91,26 @@ def test_prometheus_reports_the_mig_gpu_as_the_history_does(
             assert abs(x - y) <= REL * y + 2 * SCRAPE / 3600 * y / held, (job, got[job], figures)
     assert_conserves(a)
     assert_conserves(b)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("rollups", [False, True], ids=["raw", "rollups"])
+def test_prometheus_reads_each_jobs_link_bytes_as_the_history_does(
+    fleet: Fleet, embedded: WeekData, prom: PrometheusServer, rollups: bool
+) -> None:
+    """The exporter's gpuledger_job_gpu_link_bytes_total (the GPU's bytes x the job's share, by link)
+    against the history's minutes split by share: the same bytes per job and GPU, NVLink only where
+    the GPU has it (none on the MIG GPU: a dash, not 0), PCIe everywhere, slice jobs their share."""
+    data = read(prom.url, rollups)
+    got = {(j.uuid, j.job.job_id): (j.nvlink_bytes, j.pcie_bytes) for j in data.jobs}
+    want = {(j.uuid, j.job.job_id): (j.nvlink_bytes, j.pcie_bytes) for j in embedded.jobs}
+    assert got.keys() == want.keys() and len(want) >= 5
+    (mig_gpu,) = fleet.mig
+    assert {u for (u, _), (nv, _) in want.items() if nv is None} == {mig_gpu}
+    held = {(j.uuid, j.job.job_id): j.sampled_s for j in embedded.jobs}
+    for k, (nv, pcie) in want.items():
+        g_nv, g_pcie = got[k]
+        assert (g_nv is None) == (nv is None), k
+        for x, y in ((g_nv, nv), (g_pcie, pcie)):
+            if x is not None and y is not None:  # within 1 %, and a scrape interval at each end
+                assert abs(x - y) <= REL * y + 2 * SCRAPE * y / held[k], (k, got[k], want[k])

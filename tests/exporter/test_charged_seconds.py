@@ -92,3 +92,38 @@ def test_jobs_are_never_charged_more_than_the_gpu_had(
     for c in counters:
         assert 0.0 <= c.charged_seconds <= c.sampled_seconds * (1 + 1e-9)
         assert c.busy_seconds <= c.charged_seconds * (1 + 1e-9) + 1e-9
+
+
+@given(
+    rounds=st.lists(
+        st.tuples(
+            st.dictionaries(st.integers(1, 4), st.floats(0.05, 1.0), max_size=4),  # holders and raw weights
+            st.floats(0.1, 5.0),  # dt
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    reads=st.lists(st.tuples(st.integers(0, 29), st.floats(0.0, 1e12)), max_size=8),
+)
+def test_link_bytes_split_over_the_jobs_never_exceed_the_gpus(
+    rounds: list[tuple[dict[int, float], float]], reads: list[tuple[int, float]]
+) -> None:
+    """Each read's increase of a link counter is split by the jobs' share of the covered time since
+    the previous read: all jobs together get the increase x the held fraction of that time, never
+    more, and time no job held keeps its bytes with the GPU (the unallocated row's)."""
+    jobs = GpuJobs()
+    at = {k: inc for k, inc in reads}
+    expected, sampled, held_time = 0.0, 0.0, 0.0
+    for k, (weights, dt) in enumerate(rounds):
+        total = sum(weights.values())
+        holders = {key(p): w / total for p, w in weights.items()}
+        jobs.integrate(holders, dt=dt, busy=0.5, power=100.0, now=float(k), energy_from_power=True)
+        sampled += dt
+        held_time += dt if holders else 0.0
+        if k in at:
+            jobs.apportion_link("nvlink", at[k])
+            expected += at[k] * held_time / sampled
+            sampled = held_time = 0.0
+    got = sum(c.link_bytes.get("nvlink", 0.0) for c in jobs.jobs.values())
+    assert got == pytest.approx(expected, rel=1e-9, abs=1e-3)
+    assert all("pcie" not in c.link_bytes for c in jobs.jobs.values())  # never read: no figure, not 0

@@ -4,6 +4,7 @@ hostile names in the exposition."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from exporter.attribution.attributor import Attribution
 from exporter.attribution.kubelet import PodDevice
 from exporter.attribution.procfs import Owner
 from exporter.attribution.shares import GpuJobs, shares
-from exporter.readers import Process, ProcessUtil
+from exporter.readers import FactValue, Process, ProcessUtil
 from exporter.readers.fake import FakeReader
 from exporter.scrape import render
 from exporter.snapshot import JobMinuteRow, MinuteRow
@@ -116,6 +117,39 @@ def test_the_sampler_keeps_per_job_series(
     frozen_monotonic.advance(1.2)  # past the grace period
     step(s, r, 1.0)
     assert evil not in s.snapshot.gpus[0].jobs
+
+
+def test_link_bytes_are_split_over_the_jobs_by_their_share_of_the_time(
+    node: tuple[FakeReader, Attribution, Path], frozen_monotonic: FakeMonotonic
+) -> None:
+    """GPU 0 has 4 NVLink links and PCIe; alice's job holds it with 3/4 of the share (SM), the other
+    job 1/4: each link counter's growth between reads goes 3:1 to them, together all of it (they
+    hold the GPU every round). GPU 1's pod: PCIe only, no NVLink figure at all (absent, not 0)."""
+    r, attribution, _ = node
+    r.gpus[0].nvlinks = 4
+    s = make_sampler(r)
+    s.attribution = attribution
+    s.tick()
+    s.slow_tick()
+    base = dict(s.snapshot.gpus[0].counters.facts)
+    step(s, r, 1.0, ticks=10)
+    g0, g1 = s.snapshot.gpus
+
+    def both(facts: Mapping[str, FactValue], link: str) -> float:
+        vals = [facts.get(f"{link}_{d}_bytes", 0.0) for d in ("tx", "rx")]
+        return sum(sum(v.values()) if isinstance(v, Mapping) else v for v in vals)
+
+    grew = {link: both(g0.counters.facts, link) - both(base, link) for link in ("nvlink", "pcie")}
+    alice, evil = JobKey("4242", "alice"), JobKey("", 'ev"il\\user ü <script>')
+    for link in ("nvlink", "pcie"):
+        assert grew[link] > 0
+        assert g0.jobs[alice].link_bytes[link] == pytest.approx(0.75 * grew[link])
+        assert g0.jobs[evil].link_bytes[link] == pytest.approx(0.25 * grew[link])
+    (pod,) = g1.jobs.values()
+    assert set(pod.link_bytes) == {"pcie"}
+    m = parse_metrics(render.render(s.snapshot).decode())
+    links = {(dict(k)["gpu"], dict(k)["user"], dict(k)["link"]) for k in m["gpuledger_job_gpu_link_bytes_total"]}
+    assert ("0", "alice", "nvlink") in links and ("1", "root", "pcie") in links and ("1", "root", "nvlink") not in links
 
 
 def test_job_minutes_reach_the_history(node: tuple[FakeReader, Attribution, Path]) -> None:

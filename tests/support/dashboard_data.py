@@ -56,8 +56,8 @@ def _series(out: IO[str], name: str, labels: dict[str, str], points: Iterator[tu
 
 def write_extras(f: Fleet, out: IO[str], step: int = 60) -> None:
     """More series of the same fleet and times as ``synthetic_om.write``: what the exporter serves
-    besides utilisation (health, PCIe, job identities, the Slurm watcher's gauges, every benchmark
-    figure), so each panel has something to show."""
+    besides utilisation and link bytes (health, PCIe throughput, NVLink states, job identities, the
+    Slurm watcher's gauges, every benchmark figure), so each panel has something to show."""
     w = f.window
     times = [w.start + k * step for k in range(-1, int(w.seconds // step) + 2)]
     job = "gpuledger"
@@ -70,24 +70,10 @@ def write_extras(f: Fleet, out: IO[str], step: int = 60) -> None:
                 {**base, "direction": direction},
                 ((t, rate * (1 + 0.1 * math.sin(t / 600))) for t in times),
             )
-        for direction, rate in (("tx", 2e9), ("rx", 5e8)):  # the byte counters behind the same rates
-            _series(
-                out,
-                "gpuledger_gpu_pcie_bytes_total",
-                {**base, "direction": direction},
-                ((t, rate * (t - times[0])) for t in times),
-            )
         _series(out, "gpuledger_gpu_pcie_replays_total", base, ((t, 0.0) for t in times))
         if host == f.devices[0][0]:  # the first host's GPUs have NVLink (two links each), the other's none
             for link in ("0", "1"):
-                at = {**base, "link": link}
-                for direction in ("tx", "rx"):
-                    _series(
-                        out,
-                        "gpuledger_gpu_nvlink_bytes_total",
-                        {**at, "direction": direction},
-                        ((t, 4e9 * (t - times[0])) for t in times),
-                    )
+                at = {**base, "link": link}  # its bytes: synthetic_om's (analytics.synthetic_links)
                 _series(out, "gpuledger_gpu_nvlink_state", at, ((t, 1.0) for t in times))
                 _series(out, "gpuledger_gpu_nvlink_speed_bytes_per_second", at, ((t, 26_562e6) for t in times))
                 for error in ("crc", "replay", "recovery"):
