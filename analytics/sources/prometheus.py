@@ -10,10 +10,11 @@ series begin and end inside the window: ``increase(...[day])``. The days add up 
 and are the daily figures too. Hourly energy (for time-of-day tariffs) is one range query. Only
 plain PromQL and the query/query_range endpoints are used.
 
-Where the rollup rules run (``deploy/prometheus/rules/gpuledger-rollups.yml``) and cover the window,
-GPU and job counters are read from them instead: each day the sum of its 5-minute buckets, no raw
-sample decoded; the report's approximations say so. Both give the same figures on the same data
-(``tests/analytics/test_rollups.py``).
+Where the rollup rules run (``deploy/prometheus/rules/gpuledger-rollups.yml`` and
+``gpuledger-rollups-1h.yml``) and cover the window, GPU and job counters are read from them instead
+(``analytics.sources.rollups``): each day the sum of its hourly buckets and the 5-minute ones at its
+edges, no raw sample decoded; the report's approximations say which. All give the same figures on
+the same data (``tests/analytics/test_rollups.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from analytics.config import PrometheusSettings
-from analytics.sources import counters
+from analytics.sources import counters, rollups
 from analytics.sources.base import GpuFigures, JobFigures, SourceUnavailable, Span, energy_measure, mig_busy_measure
 from analytics.sources.promapi import PromAPI, QueryError, label_value, rng
 from analytics.sources.promql import JOB_LOOKBACK_DAYS, PromQLSource
@@ -47,6 +49,19 @@ ROLLUP_NOTE = (
     "not the raw series: the window's totals are exact, a day's figures may be shifted by up to 5 minutes "
     "where the rules run at a phase of their own (Prometheus)"
 )
+HOURLY_NOTE = (
+    "GPU and job counters read from the hourly rollups (gpuledger:*:increase1h recording rules) and the "
+    "5-minute rollups at the days' edges, not the raw series: the window's totals are exact, a day's figures "
+    "may be shifted by up to 5 minutes where the rules run at a phase of their own (Prometheus)"
+)
+DAILY = ("sampled", "busy", "energy")  # the counters a day's figures need (GpuDay); the rest: the window's total
+
+
+@dataclass(frozen=True, slots=True)
+class _Rolled:
+    """The GPU figures were read from the rollups (``GpuFigures.carry``): so are the jobs'."""
+
+    hourly: bool  # the hourly ones
 
 
 class PrometheusSource(PromQLSource):
@@ -72,10 +87,11 @@ class PrometheusSource(PromQLSource):
         problems: list[str] = []
         notes: tuple[str, ...] = ()
         try:
-            rolled = self.rollups and counters.rollups_cover(self.api, w, GPU_COUNTERS["sampled"])
+            rolled = self.rollups and rollups.rollups_cover(self.api, w, GPU_COUNTERS["sampled"])
             if rolled:
-                totals = counters.rollup_totals(self.api, w, GPU_COUNTERS, "gpuledger_gpu_info")
-                notes = (ROLLUP_NOTE,)
+                g = rollups.grid(self.api, w, GPU_COUNTERS["sampled"])
+                totals = rollups.rollup_totals(self.api, w, GPU_COUNTERS, "gpuledger_gpu_info", g, DAILY)
+                notes = (HOURLY_NOTE if g.hour is not None else ROLLUP_NOTE,)
             else:
                 totals = counters.day_totals(self.api, w, GPU_COUNTERS, "sampled", "gpuledger_gpu_info")
         except QueryError as e:
@@ -118,18 +134,23 @@ class PrometheusSource(PromQLSource):
                 )
             )
         targets = {uuid: labels.get("instance", "") for uuid, labels in totals.labels.items()}
-        return GpuFigures(tuple(out), notes, tuple(problems), targets=targets, carry=rolled)
+        carry = _Rolled(g.hour is not None) if rolled else None
+        return GpuFigures(tuple(out), notes, tuple(problems), targets=targets, carry=carry)
 
     # --- jobs, queue, failures, benchmarks ---------------------------------------------
 
     def jobs(self, w: Window, g: GpuFigures) -> JobFigures:
         """By day, as the GPU totals (their Slurm records are joined by the enrichment step)."""
         try:
-            return JobFigures(tuple(self._jobs(w, g.gpus, rolled=g.carry is True)))
+            grid = None  # the GPUs were read from the rollups: the jobs too (their groups have phases of their own)
+            if isinstance(g.carry, _Rolled):
+                grid = rollups.grid(self.api, w, "gpuledger_job_gpu_sampled_seconds_total", g.carry.hourly)
+            return JobFigures(tuple(self._jobs(w, g.gpus, grid)))
         except QueryError as e:
             return JobFigures(problems=(f"per-job figures: {e}",))
 
-    def _jobs(self, w: Window, gpus: Sequence[GpuWeek], rolled: bool = False) -> list[JobWeek]:
+    def _jobs(self, w: Window, gpus: Sequence[GpuWeek], grid: rollups.Grid | None = None) -> list[JobWeek]:
+        """``grid``: read the rollups stamped there, else the raw series."""
         hosts = {g.uuid: g.host for g in gpus}
         by = "uuid, " + ", ".join(JOB_LABELS)
         seen: dict[tuple[str, JobKey], None] = {}  # (uuid, job), in the order first answered
@@ -152,23 +173,26 @@ class PrometheusSource(PromQLSource):
         def grouping(metric: str) -> str:
             return f"{by}, link" if metric == "link_bytes" else by
 
-        def growth(metric: str, seconds: float) -> str:
-            if rolled:  # the day's 5-minute buckets
-                return f"sum_over_time(gpuledger:job_gpu_{metric}:increase5m[{counters.whole_buckets(seconds)}])"
-            return f"increase(gpuledger_job_gpu_{metric}_total[{rng(seconds)}])"
+        def growth(metric: str, a: float, b: float) -> str:
+            if grid:  # the rollups' buckets in (a, b]
+                return grid.span(f"gpuledger_job_gpu_{metric}_total", a, b)
+            return f"increase(gpuledger_job_gpu_{metric}_total[{rng(b - a)}])"
 
+        # from the rollups the window at once (a job's series is in them only while it ran, and
+        # JobWeek has no days); from the raw series day by day, as the GPUs
+        spans = [(w.start, w.end)] if grid else [(d.start, d.end) for d in days(w)]
         asked = [
-            (into, 1.0, f"sum by ({grouping(metric)}) ({growth(metric, day.seconds)})", day.end)
-            for day in days(w)
+            (into, 1.0, f"sum by ({grouping(metric)}) ({growth(metric, a, b)})", b)
+            for a, b in spans
             for metric, into in metrics
         ]
-        gap = counters.bucket_gap(self.api, "gpuledger:job_gpu_sampled_seconds:increase5m", w) if rolled else 0.0
+        gap = grid.gap(w.end) if grid else 0.0
         if gap:  # the buckets onto the window's edges, as for the GPUs (counters.rollup_totals)
             asked += [
                 (
                     into,
                     sign,
-                    f"sum by ({grouping(metric)}) ({counters.fragment(f'gpuledger_job_gpu_{metric}_total', gap)})",
+                    f"sum by ({grouping(metric)}) ({rollups.fragment(f'gpuledger_job_gpu_{metric}_total', gap)})",
                     t,
                 )
                 for sign, t in ((-1.0, w.start), (1.0, w.end))

@@ -1,14 +1,17 @@
-"""The weekly report from the 5-minute rollups (deploy/prometheus/rules/gpuledger-rollups.yml) against
-the report from the raw series, on the same backfilled week: the same figures (within 0.5 pp
+"""The weekly report from the 5-minute rollups (deploy/prometheus/rules/gpuledger-rollups.yml), and from
+the hourly ones (gpuledger-rollups-1h.yml) with the 5-minute ones at the days' edges, against the
+report from the raw series, on the same backfilled week: the same figures (within 0.5 pp
 utilisation, 1 % energy and cost, every grouping), conservation kept, and the report saying which
-it read. The rollups are backfilled as docs/alerts.md says: ``promtool tsdb create-blocks-from
-rules`` against the running Prometheus, in VictoriaMetrics by ``vmalert -replay`` of the same file."""
+it read; the hourly path gives the 5-minute path's sums exactly. The rollups are backfilled as
+docs/alerts.md says: ``promtool tsdb create-blocks-from rules`` against the running Prometheus (the
+hourly file in a second pass), in VictoriaMetrics by ``vmalert -replay`` of the same files."""
 
 from __future__ import annotations
 
 import datetime as dt
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,16 +21,16 @@ from analytics.config import PrometheusSettings
 from analytics.cost import CostModel
 from analytics.report.build import build
 from analytics.report.model import Report
-from analytics.sources import counters
+from analytics.sources import rollups
 from analytics.sources.promapi import PromAPI
-from analytics.sources.prometheus import ROLLUP_NOTE, PrometheusSource
+from analytics.sources.prometheus import DAILY, GPU_COUNTERS, HOURLY_NOTE, ROLLUP_NOTE, PrometheusSource
 from analytics.synthetic import Fleet
-from domain.week import WeekData, iso_week
+from domain.week import WeekData, days, iso_week
 from tests.support.conservation import assert_conserves
 from tests.support.fleet import WEEK, prometheus
 from tests.support.http import free_port, http_get
 from tests.support.prometheus import PrometheusServer
-from tests.support.rollups import BUCKET, RULES, prometheus_with_rollups
+from tests.support.rollups import BUCKET, HOURLY_RULES, RULES, prometheus_with_rollups
 from tests.support.tools import require_binary
 from tests.support.victoria import VictoriaMetricsServer
 
@@ -40,8 +43,16 @@ MONEY = ("energy_cost", "hardware_cost", "idle_cost", "total_cost")
 
 @pytest.fixture(scope="module")
 def prom(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    """A Prometheus with the raw week and its backfilled rollups."""
+    """A Prometheus with the raw week and its backfilled 5-minute rollups."""
     server = prometheus_with_rollups(fleet, iso_week(WEEK), tmp_path_factory.mktemp("rollups"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def prom_hourly(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """A Prometheus with the raw week and its backfilled 5-minute and hourly rollups."""
+    server = prometheus_with_rollups(fleet, iso_week(WEEK), tmp_path_factory.mktemp("rollups-1h"), hourly=True)
     yield server
     server.stop()
 
@@ -84,19 +95,24 @@ def deviations(a: Report, b: Report) -> dict[str, tuple[float, tuple[str, str]]]
     return worst
 
 
-def assert_same_figures(url: str, fleet: Fleet, phased: bool) -> None:
+def assert_same_figures(url: str, fleet: Fleet, phased: bool, note: str = ROLLUP_NOTE) -> None:
     """``phased``: the rule groups ran at a phase of their own (promtool), not on the clock's 5
-    minutes (vmalert); the report then reads the edges' minutes from the raw series."""
+    minutes (vmalert); the report then reads the edges' minutes from the raw series. ``note``: the
+    rollups it should say it read."""
     w = iso_week(WEEK)
     api = PromAPI(PrometheusSettings(url=url))
     try:
-        gaps = [counters.bucket_gap(api, f"gpuledger:{s}_sampled_seconds:increase5m", w) for s in ("gpu", "job_gpu")]
+        gaps = [
+            rollups.grid(api, w, f"gpuledger_{s}_sampled_seconds_total", hourly=False).gap(w.end)
+            for s in ("gpu", "job_gpu")
+        ]
     finally:
         api.close()
     assert all(0 < g < BUCKET for g in gaps) if phased else gaps == [0.0, 0.0], gaps
     raw, rolled = week(url, rollups=False), week(url, rollups=True)
     assert raw.problems == () and rolled.problems == ()
-    assert ROLLUP_NOTE in rolled.approximations and ROLLUP_NOTE not in raw.approximations
+    assert note in rolled.approximations and not {ROLLUP_NOTE, HOURLY_NOTE} & set(raw.approximations)
+    assert {ROLLUP_NOTE, HOURLY_NOTE} & set(rolled.approximations) == {note}
     # per GPU, the buckets telescope to the raw differences between their first and last stamps,
     # and the edges' minutes come from the raw series: the week is exact; a day is shifted by the
     # gap (under one bucket)
@@ -114,13 +130,53 @@ def assert_same_figures(url: str, fleet: Fleet, phased: bool) -> None:
     assert {(j.uuid, j.job) for j in rolled.jobs} == {(j.uuid, j.job) for j in raw.jobs}
     cost = CostModel()
     a, b = build(rolled, cost), build(raw, cost)
-    assert ROLLUP_NOTE in a.approximations and ROLLUP_NOTE not in b.approximations
+    assert note in a.approximations and note not in b.approximations
     worst = deviations(a, b)
     print({f: (round(d, 6), k) for f, (d, k) in worst.items()})  # shown with -s
     for f, (dev, key) in worst.items():
         assert dev <= (UTILISATION_PP if f in FRACTIONS else REL), (f, dev, key)
     assert_conserves(a)
     assert_conserves(b)
+
+
+def assert_hours_equal_five_minutes(url: str) -> None:
+    """Every counter per GPU and day, and per job over the window, from the hourly buckets with the
+    5-minute ones at the edges equals the 5-minute buckets' sum: the same buckets, added otherwise."""
+    w = iso_week(WEEK)
+    api = PromAPI(PrometheusSettings(url=url))
+    try:
+        g = rollups.grid(api, w, GPU_COUNTERS["sampled"])
+        assert g.hour is not None
+        # the spans' edges fall inside hourly buckets, so every part of the expression is used
+        assert any(g.end(d.end) < d.end for d in days(w))
+        five = rollups.rollup_totals(api, w, GPU_COUNTERS, "gpuledger_gpu_info", replace(g, hour=None))
+        hourly = rollups.rollup_totals(api, w, GPU_COUNTERS, "gpuledger_gpu_info", g, DAILY)
+        assert set(hourly.window) == set(GPU_COUNTERS) - set(DAILY)
+        compared = 0
+        for kind in GPU_COUNTERS:
+            assert hourly.uuids(kind) == five.uuids(kind), kind
+            for uuid in five.uuids(kind):
+                assert hourly.total(kind, uuid) == pytest.approx(five.total(kind, uuid), rel=1e-12, abs=1e-9)
+                compared += 1
+        for kind in DAILY:
+            for d5, dh in zip(five.days, hourly.days, strict=True):
+                assert set(dh.growth[kind]) == set(d5.growth[kind]), (kind, d5.day)
+                for uuid, v in d5.growth[kind].items():
+                    assert dh.growth[kind][uuid] == pytest.approx(v, rel=1e-12, abs=1e-9), (kind, d5.day, uuid)
+        assert compared > 20  # GPUs x counters that have data
+        jobs = rollups.grid(api, w, "gpuledger_job_gpu_sampled_seconds_total")
+        assert jobs.hour is not None
+        name = "gpuledger_job_gpu_busy_seconds_total"
+        by = "uuid, job_id, user, pod, namespace, container"
+        a, b = (
+            {tuple(s.labels.values()): s.value for s in api.query(f"sum by ({by}) ({q})", w.end)}
+            for q in (replace(jobs, hour=None).span(name, w.start, w.end), jobs.span(name, w.start, w.end))
+        )
+        assert a.keys() == b.keys() and len(a) > 10
+        for k, v in a.items():
+            assert b[k] == pytest.approx(v, rel=1e-12, abs=1e-9), k
+    finally:
+        api.close()
 
 
 @pytest.mark.integration
@@ -138,14 +194,23 @@ def test_the_report_from_rollups_equals_the_report_from_raw_series(prom: Prometh
     assert_same_figures(prom.url, fleet, phased=True)
 
 
+@pytest.mark.integration
+def test_the_report_from_hourly_rollups_equals_the_report_from_raw_series(
+    prom_hourly: PrometheusServer, fleet: Fleet
+) -> None:
+    assert_hours_equal_five_minutes(prom_hourly.url)
+    assert_same_figures(prom_hourly.url, fleet, phased=True, note=HOURLY_NOTE)
+
+
 def _rfc3339(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @pytest.mark.integration
 def test_vmalert_evaluating_the_same_rules_gives_the_same_report(fleet: Fleet, tmp_path: Path) -> None:
-    """VictoriaMetrics holding the raw week, vmalert replaying the rule file over it (its backfill)
-    and writing the rollups back: the report from them equals the report from the raw series."""
+    """VictoriaMetrics holding the raw week, vmalert replaying the rule files over it (its backfill)
+    and writing the rollups back, the 5-minute file then the hourly one: the report from each level
+    equals the report from the raw series."""
     om = tmp_path / "fleet.om"
     synthetic_om.write(fleet, om)
     server = VictoriaMetricsServer(tmp_path)
@@ -155,29 +220,40 @@ def test_vmalert_evaluating_the_same_rules_gives_the_same_report(fleet: Fleet, t
                 f"{series} {value} {float(t) * 1000:.0f}"
                 for series, value, t in (line.rstrip("\n").rsplit(" ", 2) for line in f if line[:1] not in ("#", "\n"))
             )
-        w = iso_week(WEEK)
-        res = subprocess.run(
-            [
-                require_binary("vmalert"),
-                f"-rule={RULES}",
-                f"-datasource.url={server.url}",
-                f"-remoteWrite.url={server.url}",
-                f"-replay.timeFrom={_rfc3339(w.start)}",
-                f"-replay.timeTo={_rfc3339(w.end + BUCKET)}",
-                "-replay.disableProgressBar",
-                "-replay.rulesDelay=0s",
-                # one query per rule: vmalert writes the step at each chunk's edge twice, and a
-                # VictoriaMetrics without -dedup.minScrapeInterval keeps both
-                "-replay.maxDatapointsPerQuery=10000",
-                f"-httpListenAddr=127.0.0.1:{free_port()}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-        code, _, body = http_get(f"{server.url}/internal/force_flush", timeout=60)
-        assert code == 200, body
+        replay(server, RULES)
         assert_same_figures(server.url, fleet, phased=False)
+        replay(server, HOURLY_RULES)
+        assert_hours_equal_five_minutes(server.url)
+        assert_same_figures(server.url, fleet, phased=False, note=HOURLY_NOTE)
     finally:
         server.stop()
+
+
+def replay(server: VictoriaMetricsServer, rules: Path) -> None:
+    """vmalert -replay of ``rules`` over the week (and one bucket past it), then a flush, so that
+    what it wrote is read back."""
+    w = iso_week(WEEK)
+    res = subprocess.run(
+        [
+            require_binary("vmalert"),
+            f"-rule={rules}",
+            f"-datasource.url={server.url}",
+            f"-remoteWrite.url={server.url}",
+            f"-replay.timeFrom={_rfc3339(w.start)}",
+            f"-replay.timeTo={_rfc3339(w.end + BUCKET)}",
+            "-replay.disableProgressBar",
+            "-replay.rulesDelay=0s",
+            # one query per rule: vmalert writes the step at each chunk's edge twice, and a
+            # VictoriaMetrics without -dedup.minScrapeInterval keeps both
+            "-replay.maxDatapointsPerQuery=10000",
+            # a replay's step is -datasource.queryStep (5 minutes unless set); 0: each group's interval
+            "-datasource.queryStep=0s",
+            f"-httpListenAddr=127.0.0.1:{free_port()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    code, _, body = http_get(f"{server.url}/internal/force_flush", timeout=60)
+    assert code == 200, body

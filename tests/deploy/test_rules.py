@@ -41,7 +41,12 @@ def alerts() -> list[dict[str, Any]]:
 
 
 def test_there_are_rule_and_test_files() -> None:
-    assert [p.name for p in RULE_FILES] == ["gpuledger-alerts.yml", "gpuledger-recording.yml", "gpuledger-rollups.yml"]
+    assert [p.name for p in RULE_FILES] == [
+        "gpuledger-alerts.yml",
+        "gpuledger-recording.yml",
+        "gpuledger-rollups-1h.yml",
+        "gpuledger-rollups.yml",
+    ]
     assert TEST_FILES
 
 
@@ -49,7 +54,7 @@ def test_there_are_rule_and_test_files() -> None:
 def test_promtool_checks_the_config() -> None:
     res = promtool("check", "config", str(PROM / "prometheus.yml"))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "3 rule files found" in res.stdout, res.stdout
+    assert f"{len(RULE_FILES)} rule files found" in res.stdout, res.stdout
 
 
 @pytest.mark.integration
@@ -141,3 +146,18 @@ def test_metric_names_in_rules_exist() -> None:
 def test_metric_name_parser() -> None:
     expr = 'rate(gpuledger_x_total{job="gpuledger-analytics", a=~"gpuledger_y"}[5m]) / on (gpu) gpuledger:z:rate1h'
     assert metric_names(expr) == {"gpuledger_x_total", "gpuledger:z:rate1h"}
+
+
+def test_every_rollup_has_an_hourly_rollup_of_its_buckets() -> None:
+    """The hourly file sums each 5-minute rollup, and only those: a counter added to one and not
+    the other would be read from the 5-minute buckets in one report and be missing in the next."""
+    five = {r["record"] for g in load(PROM / "rules" / "gpuledger-rollups.yml")["groups"] for r in g["rules"]}
+    hourly = {
+        r["record"]: r["expr"] for g in load(PROM / "rules" / "gpuledger-rollups-1h.yml")["groups"] for r in g["rules"]
+    }
+    assert five and all(name.endswith(":increase5m") for name in five)
+    assert {name.removesuffix("5m") + "1h" for name in five} == set(hourly)
+    for name, expr in hourly.items():
+        assert expr == f"sum_over_time({name.removesuffix('1h')}5m[3599999ms] offset 5m)", name
+    groups = {g["name"]: g["interval"] for g in load(PROM / "rules" / "gpuledger-rollups-1h.yml")["groups"]}
+    assert groups == {"gpuledger-rollup-gpu-1h": "1h", "gpuledger-rollup-job-1h": "1h"}
