@@ -65,8 +65,9 @@ class PrometheusSettings(_Section):
     max_response_bytes: int = Field(
         64 * 2**20,
         ge=2**16,
-        description="bytes of answers (decoded) read at once, all queries in flight together: a query whose answer "
-        "goes past it fails, before it is all read (parsed, an answer takes about 10 times its bytes)",
+        description="bytes of one answer (decoded): a query whose answer goes past it fails, before it is all read; "
+        "queries in flight together wait for each other to stay within it (parsed, an answer takes about 10 times "
+        "its bytes)",
     )
     max_report_memory_bytes: int = Field(
         2 * 2**30,

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -213,7 +214,7 @@ def run_size(gpus: int, days: int, slot_hours: int, repeats: int, cache: Path | 
             for i in range(repeats):
                 runs.append(report_once(url, work / f"reports-{i}"))
                 print(f"  report {i + 1}: {runs[-1][0]:.2f} s, {runs[-1][1]:.0f} MiB", flush=True)
-            n_queries, rows = queries(url)
+            n_queries, _ = queries(url)
         finally:
             prom.terminate()
             prom.wait(timeout=60)
@@ -221,6 +222,11 @@ def run_size(gpus: int, days: int, slot_hours: int, repeats: int, cache: Path | 
             raise RuntimeError(f"report failed: {first} {runs}")
         if not read_rollups(work / "reports-0"):
             raise RuntimeError("the report did not read the rollups")
+        report = json.loads(next((work / "reports-0").glob("*.json")).read_text())
+        if report["incomplete_reasons"]:
+            raise RuntimeError(f"the report is incomplete: {report['incomplete_reasons']}")
+        rows = dict(sorted(Counter(r["group"] for r in report["rows"]).items()))
+        hourly = any("hourly rollups" in a for a in report["approximations"])
         times = sorted(s for s, _, _ in runs)
         return {
             "gpus": gpus,
@@ -237,6 +243,7 @@ def run_size(gpus: int, days: int, slot_hours: int, repeats: int, cache: Path | 
             "report_seconds": [s for s, _, _ in runs],
             "peak_rss_mib": max(r for _, r, _ in [first, *runs]),
             "queries": n_queries,
+            "hourly": hourly,
             "rows_by_group": rows,
         }
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 import zoneinfo
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from domain.jobs import JobKey
@@ -237,11 +238,21 @@ class WeekData:
     history_start: float | None = None  # the source's first data (epoch seconds); None: not known
 
     def __post_init__(self) -> None:
-        """Over several clusters, each job takes its GPU's cluster: job ids repeat across clusters."""
-        clusters = {g.uuid: g.cluster for g in self.gpus}
-        if len(set(clusters.values()) - {""}) > 1:
-            jobs = tuple(replace(j, cluster=clusters.get(j.uuid, "")) for j in self.jobs)
+        """Over several clusters, each job takes its GPU's cluster: job ids repeat across clusters
+        (a source may have set it already: ``job_clusters``)."""
+        clusters = job_clusters(self.gpus)
+        if clusters or any(j.cluster for j in self.jobs):
+            jobs = tuple(
+                j if j.cluster == (c := clusters.get(j.uuid, "")) else replace(j, cluster=c) for j in self.jobs
+            )
             object.__setattr__(self, "jobs", jobs)  # frozen: set once, here, before anyone reads it
+
+
+def job_clusters(gpus: Iterable[GpuWeek]) -> dict[str, str]:
+    """Each GPU's cluster where the GPUs are in more than one (a job's row then names its GPU's:
+    ``JobWeek.cluster``); empty where they are in one or none."""
+    clusters = {g.uuid: g.cluster for g in gpus}
+    return clusters if len(set(clusters.values()) - {""}) > 1 else {}
 
 
 @dataclass(frozen=True, slots=True)

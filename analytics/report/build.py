@@ -29,6 +29,7 @@ no rows.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -305,7 +306,7 @@ def _stalled_jobs(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]]) -> 
     rows = [
         StalledRow(holders[key][0], key, holders[key][1], len(acc.uuids), stalled / 3600, acc.stalled_cost)
         for key, acc in jobs.items()
-        if (stalled := sum(s or 0.0 for s in acc.stalled)) > 0
+        if (stalled := acc.stalled or 0.0) > 0
     ]
     return sorted(rows, key=lambda r: (-r.stalled_gpu_hours, r.job))[:TOP_STALLED]
 
@@ -313,40 +314,37 @@ def _stalled_jobs(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]]) -> 
 def _link_jobs(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]], weeks: Sequence[JobWeek]) -> list[LinkRow]:
     """The multi-GPU jobs with the most GPU-hours, and their links' traffic per charged GPU-hour
     (where the source measured it on some GPU of the job)."""
-    nvlink: dict[str, list[float | None]] = defaultdict(list)
-    pcie: dict[str, list[float | None]] = defaultdict(list)
+    top = heapq.nsmallest(
+        TOP_LINKS, ((-acc.sampled, key) for key, acc in jobs.items() if len(acc.uuids) >= 2 and acc.sampled > 0)
+    )
+    nvlink: dict[str, list[float | None]] = {key: [] for _, key in top}
+    pcie: dict[str, list[float | None]] = {key: [] for _, key in top}
     for j in weeks:
-        key = job_key(j)
-        nvlink[key].append(j.nvlink_bytes)
-        pcie[key].append(j.pcie_bytes)
+        if (key := job_key(j)) in nvlink:
+            nvlink[key].append(j.nvlink_bytes)
+            pcie[key].append(j.pcie_bytes)
 
     def per_hour(values: list[float | None], h: float) -> float | None:
         total = sum_known(values)
         return None if total is None or h <= 0 else total / 1e9 / h
 
     rows = []
-    for key, acc in jobs.items():
+    for _, key in top:
+        acc = jobs[key]
         h = acc.sampled / 3600
-        if len(acc.uuids) < 2 or h <= 0:
-            continue
         user, part = holders[key]
         util = ratio(acc.busy, acc.sampled)
         rows.append(LinkRow(user, key, part, len(acc.uuids), h, util, per_hour(nvlink[key], h), per_hour(pcie[key], h)))
-    return sorted(rows, key=lambda r: (-r.gpu_hours, r.job))[:TOP_LINKS]
+    return rows
 
 
 def _idle_holders(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]]) -> list[IdleRow]:
     """The jobs that held GPUs idle, worst (highest idle cost) first: whatever their total cost."""
-    rows = [
-        IdleRow(
-            holders[key][0],
-            key,
-            holders[key][1],
-            len(acc.uuids),
-            max(0.0, acc.sampled - acc.useful) / 3600,
-            acc.idle_cost,
-        )
-        for key, acc in jobs.items()
-        if acc.sampled > acc.useful
+    top = heapq.nsmallest(
+        TOP_IDLE,
+        ((-acc.idle_cost, -(acc.sampled - acc.useful), key) for key, acc in jobs.items() if acc.sampled > acc.useful),
+    )
+    return [
+        IdleRow(holders[key][0], key, holders[key][1], len(jobs[key].uuids), -idle_s / 3600, -cost)
+        for cost, idle_s, key in top
     ]
-    return sorted(rows, key=lambda r: (-r.idle_cost, -r.idle_gpu_hours, r.job))[:TOP_IDLE]

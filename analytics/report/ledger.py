@@ -47,18 +47,26 @@ class Fig:
     energy_measure: str = ""  # where its energy comes from (GpuWeek.energy_measure): "" the counter
 
 
+def plus(total: float | None, v: float | None) -> float | None:
+    """``total`` + ``v`` where a figure may be unknown (None): unknown only while every part is."""
+    if v is None:
+        return total
+    return v if total is None else total + v
+
+
 class Acc:
-    """Adds GPUs (or jobs) up into one CostRow."""
+    """Adds GPUs (or jobs) up into one CostRow. A figure some parts lack (None) is the sum of the
+    parts that have it, None where none has it (``sum_known``)."""
 
     def __init__(self) -> None:
         self.gpus = 0
         self.available = self.sampled = self.busy = self.useful = 0.0
-        self.sm: list[float | None] = []
-        self.alloc: list[float | None] = []
-        self.idle: list[float | None] = []
-        self.energy: list[float | None] = []
-        self.stalled: list[float | None] = []
-        self.co2e: list[float | None] = []
+        self.sm: float | None = None
+        self.alloc: float | None = None
+        self.idle: float | None = None
+        self.energy: float | None = None
+        self.stalled: float | None = None
+        self.co2e: float | None = None
         self.hardware = self.energy_cost = self.idle_cost = self.stalled_cost = 0.0
         self.uuids: set[str] = set()
         self.measured = [0.0, 0.0]  # sampled seconds whose useful seconds are SM-active, busy
@@ -73,12 +81,12 @@ class Acc:
         self.sampled += f.sampled_s
         self.busy += f.busy_s
         self.useful += f.useful_s
-        self.sm.append(f.sm_s)
-        self.alloc.append(f.alloc_s)
-        self.idle.append(f.idle_s)
-        self.energy.append(f.energy_j)
-        self.stalled.append(f.stalled_s)
-        self.co2e.append(f.co2e_kg)
+        self.sm = plus(self.sm, f.sm_s)
+        self.alloc = plus(self.alloc, f.alloc_s)
+        self.idle = plus(self.idle, f.idle_s)
+        self.energy = plus(self.energy, f.energy_j)
+        self.stalled = plus(self.stalled, f.stalled_s)
+        self.co2e = plus(self.co2e, f.co2e_kg)
         self.hardware += f.hardware
         self.energy_cost += f.energy_cost
         self.idle_cost += f.idle_cost
@@ -91,10 +99,8 @@ class Acc:
     def row(self, group: str, key: str, min_useful_h: float = 0.0) -> CostRow:
         h = 3600.0
         useful_h = self.useful / h
-        sm = sum_known(self.sm)
+        sm, energy, stalled = self.sm, self.energy, self.stalled
         total = self.hardware + self.energy_cost
-        energy = sum_known(self.energy)
-        stalled = sum_known(self.stalled)
         useful_measure, sm_share = measure(*self.measured, *self.parts)
         return CostRow(
             group=group,
@@ -107,8 +113,8 @@ class Acc:
             useful_gpu_hours=self.useful / h,
             utilization=ratio(self.busy, self.sampled),
             sm_activity=ratio(sm, self.sampled),
-            allocated_gpu_hours=None if (a := sum_known(self.alloc)) is None else a / h,
-            allocated_idle_gpu_hours=None if (i := sum_known(self.idle)) is None else i / h,
+            allocated_gpu_hours=None if self.alloc is None else self.alloc / h,
+            allocated_idle_gpu_hours=None if self.idle is None else self.idle / h,
             energy_kwh=None if energy is None else energy / JOULES_PER_KWH,
             energy_cost=self.energy_cost,
             hardware_cost=self.hardware,
@@ -117,7 +123,7 @@ class Acc:
             idle_cost=self.idle_cost,
             coverage=self.sampled / self.available if self.available > 0 else 0.0,
             stalled_gpu_hours=None if stalled is None else stalled / h,
-            co2e_kg=sum_known(self.co2e),
+            co2e_kg=self.co2e,
             useful_measure=useful_measure,
             useful_sm_share=sm_share,
             busy_measure=busy_measure(self.busy_measures),

@@ -140,7 +140,8 @@ def join_slurm(
             (rec.account or claim[0], rec.partition or claim[1], rec.qos or claim[2]) if rec else claim
         )
         user = j.job.user or (rec.user if rec else "")
-        key: JobKey = dataclasses.replace(j.job, user=user, account=account, partition=partition, qos=qos)
+        k = j.job
+        key = JobKey(k.job_id, user, k.pod, k.namespace, k.container, account, partition, qos)
         out.append(dataclasses.replace(j, job=key, account=account, partition=partition, qos=qos))
     return out
 

@@ -124,13 +124,15 @@ class PromAPI:
             transport=transport or _DeadlineTransport(verify, self._left),
         )
         self.queries = 0
-        self._state = threading.Lock()  # guards the counts, the down mark and the deadline
+        self._state = threading.Condition()  # guards the counts, the down mark and the deadline
         self._fails = 0  # consecutive failed attempts, all queries together
         self._round = 0  # one more at each failed attempt logged
         self._down: tuple[float, SourceUnavailable] | None = None  # when, and why, the server was given up on
         self._deadline: float | None = None  # monotonic; inside report()
         self._retry_at = 0.0  # monotonic: the end of the backoff after the last failed attempt
         self._reading = 0  # bytes of the answers being read now, all queries together
+        self._readers = 0  # answers being read now
+        self._waiting = 0  # of them, waiting for the others to finish (over max_response_bytes together)
 
     def close(self) -> None:
         self.http.close()
@@ -240,11 +242,15 @@ class PromAPI:
             time.sleep(self._failed(sent_in, tries, attempts, problem, timed_out))
 
     def _send(self, req: httpx.Request) -> tuple[int, bytes, str]:
-        """Send, and read the answer (decoded) while the answers being read at once, together,
-        stay within ``max_response_bytes``: status, body, content type."""
+        """Send, and read the answer (decoded): status, body, content type. An answer over
+        ``max_response_bytes`` fails; one that would take the answers being read at once past it
+        waits for the others to finish (while one of them is still reading: never all waiting),
+        so together they stay within it, give or take the part-read answers of those waiting."""
         limit = self.s.max_response_bytes
         r = self.http.send(req, stream=True)
         size = 0
+        with self._state:
+            self._readers += 1
         try:
             if r.status_code in RETRYABLE:
                 return r.status_code, b"", ""
@@ -253,18 +259,28 @@ class PromAPI:
                 self._too_big(req, f"{int(declared):,} bytes declared")
             chunks = []
             for chunk in r.iter_bytes():  # each read ends by the deadline (_DeadlineTransport); the loop too
-                size += len(chunk)
+                if size + len(chunk) > limit:
+                    self._too_big(req, f"more than {limit:,} bytes")
                 with self._state:
-                    self._reading += len(chunk)
-                    over = self._reading > limit
                     self._check()  # the deadline passed, or another query gave the server up: stop reading
-                if over:
-                    self._too_big(req, f"more than {limit:,} bytes" + (" with the others" if size <= limit else ""))
+                    while (  # over, with the others' bytes: wait while another still reads
+                        self._reading + len(chunk) > limit
+                        and self._reading > size
+                        and self._readers - self._waiting > 1
+                    ):
+                        self._waiting += 1
+                        self._state.wait(timeout=0.5)
+                        self._waiting -= 1
+                        self._check()
+                    self._reading += len(chunk)
+                size += len(chunk)
                 chunks.append(chunk)
             return r.status_code, b"".join(chunks), r.headers.get("content-type", "")
         finally:
             with self._state:
                 self._reading -= size
+                self._readers -= 1
+                self._state.notify_all()
             r.close()
 
     def _too_big(self, req: httpx.Request, size: str) -> NoReturn:
@@ -478,9 +494,13 @@ class _Shape:
 
     def metric(self, r: dict[str, Any], i: int) -> dict[str, str]:
         m = r.get("metric")
-        if not isinstance(m, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in m.items()):
-            self.wrong(f"result[{i}].metric is {_what(m)}, not an object of label names and values")
-        return m
+        try:  # a JSON object's names are strings; its values: joined, they must be too
+            if type(m) is dict:
+                "".join(m.values())
+                return m
+        except TypeError:
+            pass
+        self.wrong(f"result[{i}].metric is {_what(m)}, not an object of label names and values")
 
     def value(self, p: object, i: int) -> float:
         """An instant vector's value; the common case (a number as a string) without a detour."""

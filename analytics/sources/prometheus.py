@@ -30,7 +30,7 @@ from analytics.sources.base import GpuFigures, JobFigures, SourceUnavailable, Sp
 from analytics.sources.promapi import PromAPI, QueryError, label_value, rng
 from analytics.sources.promql import JOB_LOOKBACK_DAYS, PromQLSource
 from domain.jobs import JobKey
-from domain.week import GpuDay, GpuWeek, JobWeek, Window, days
+from domain.week import GpuDay, GpuWeek, JobWeek, Window, days, job_clusters
 
 GPU_COUNTERS = {
     "sampled": "gpuledger_gpu_sampled_seconds_total",
@@ -44,6 +44,7 @@ GPU_COUNTERS = {
     "integrated": "gpuledger_gpu_energy_integrated_seconds_total",  # absent where the energy counter answers
 }
 JOB_LABELS = ("job_id", "user", "pod", "namespace", "container")
+KEY_LABELS, NO_VALUES = ("uuid", *JOB_LABELS), ("",) * (1 + len(JOB_LABELS))  # a job row's series: its labels
 ROLLUP_NOTE = (
     "GPU and job counters read from the 5-minute rollups (gpuledger:*:increase5m recording rules), "
     "not the raw series: the window's totals are exact, a day's figures may be shifted by up to 5 minutes "
@@ -152,6 +153,7 @@ class PrometheusSource(PromQLSource):
     def _jobs(self, w: Window, gpus: Sequence[GpuWeek], grid: rollups.Grid | None = None) -> list[JobWeek]:
         """``grid``: read the rollups stamped there, else the raw series."""
         hosts = {g.uuid: g.host for g in gpus}
+        clusters = job_clusters(gpus)  # set here, not copied over by WeekData
         by = "uuid, " + ", ".join(JOB_LABELS)
         seen: dict[tuple[str, JobKey], None] = {}  # (uuid, job), in the order first answered
         sampled: dict[tuple[str, JobKey], float] = defaultdict(float)
@@ -203,7 +205,7 @@ class PrometheusSource(PromQLSource):
         for (into, sign, _, _), answer in zip(asked, answers, strict=True):
             for s in answer:
                 get = s.labels.get
-                labels = (get("uuid", ""), *(get(k, "") for k in JOB_LABELS))
+                labels = tuple(map(get, KEY_LABELS, NO_VALUES))
                 if (key := keys.get(labels)) is None:
                     key = keys[labels] = (labels[0], JobKey(*labels[1:]))
                 target = into if into is not links else by_link.get(get("link", ""))
@@ -226,6 +228,7 @@ class PrometheusSource(PromQLSource):
                 stalled_s=stalled.get((u, k)),
                 nvlink_bytes=by_link["nvlink"].get((u, k)),
                 pcie_bytes=by_link["pcie"].get((u, k)),
+                cluster=clusters.get(u, ""),
             )
             for u, k in sorted(seen, key=lambda x: x[0])
         ]

@@ -450,3 +450,16 @@ def test_replay_reader_refuses_a_bad_capture_before_serving(tmp_path: Path) -> N
     p.write_bytes(next(c for c in CASES if c.name == "NaN time").content)
     with pytest.raises(CaptureError, match=":3: bad or missing field t"):
         ReplayReader(p)
+
+
+@pytest.mark.integration
+def test_answers_that_fit_one_by_one_wait_for_each_other_instead_of_failing(fake: FakePrometheus) -> None:
+    """Three answers of ~0.45 MiB under a 1 MiB cap, read at once: together over it, so one waits
+    for the others (at 10,000 GPUs four 24 MB per-job answers failed the report's job figures)."""
+    fake.answer = Answer(series=3_000, declare_length=False, pause=0.01)
+    size = fake.answer.length()
+    assert 0.4 * 2**20 < size < 0.5 * 2**20
+    api = api_for(fake, max_response_bytes=2**20, concurrency=3)
+    answers = api.query_many([("up", 0)] * 3)
+    assert [len(a) for a in answers] == [3_000] * 3
+    assert (api._reading, getattr(api, "_readers", 0), getattr(api, "_waiting", 0)) == (0, 0, 0)  # all given back

@@ -5,6 +5,7 @@ as it is sent (a 300 MB answer costs the server nothing). It records the request
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +22,7 @@ class Answer:
     size: int | None = None  # instead of body: a valid-looking JSON answer this many bytes long
     declare_length: bool = True  # send Content-Length (else chunked)
     series: int | None = None  # instead of body: a valid vector of this many GPU-like series (~110 bytes each)
+    pause: float = 0.0  # seconds between chunks: a slow server, so that answers are read at the same time
 
     def chunks(self) -> Iterator[bytes]:
         if self.series is not None:
@@ -95,6 +97,9 @@ class FakePrometheus:
                             self.wfile.write(chunk)
                         else:
                             self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        if a.pause:
+                            self.wfile.flush()
+                            time.sleep(a.pause)
                     if not a.declare_length:
                         self.wfile.write(b"0\r\n\r\n")
                 except (BrokenPipeError, ConnectionResetError):
