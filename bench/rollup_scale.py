@@ -54,7 +54,7 @@ BUCKET = 300
 PER_DAY = DAY // BUCKET
 GRACE_BUCKETS = 2
 HOUR = 3600
-DATA = "rollups-5m-1h-pairs-v2"  # in the cache folder's name: change it whenever the data changes
+DATA = "rollups-5m-1h-pairs-v3"  # in the cache folder's name: change it whenever the data changes
 GPU_COUNTERS = (
     *("sampled_seconds", "busy_seconds", "sm_active_seconds", "allocated_seconds"),
     *("allocated_idle_seconds", "energy_joules"),
@@ -70,11 +70,13 @@ def taken_slots(pair: int, slots: int) -> np.ndarray:
     return np.random.default_rng([1, pair]).random(slots) < 0.8
 
 
-def buckets(g: int, k0: int, k1: int, slot: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+def buckets(
+    g: int, k0: int, k1: int, slot: int, start: int = WEEK_START
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """GPU g's buckets k0..k1 (bucket k covers (start + 300 k, start + 300 (k + 1)]): each counter's
     growth, the slot each bucket is in, and whether a job ran in it."""
     k = np.arange(k0, k1)
-    t = WEEK_START + BUCKET * k
+    t = start + BUCKET * k
     sl = (k * BUCKET) // slot
     running = taken_slots(g // 2, int(sl[-1]) + 1)[sl]
     holder = (g // 2) % 20 == 0  # holds its GPUs and idles
@@ -105,28 +107,28 @@ def hourly(stamps: np.ndarray, values: np.ndarray, lo: int, hi: int) -> tuple[li
     return at[keep].tolist(), sums[keep].tolist()
 
 
-def write_day(args: tuple[int, int, int, int, str]) -> int:
+def write_day(args: tuple[int, int, int, int, str, int]) -> int:
     """Day ``day`` of the fleet's rollups into ``path`` (OpenMetrics with its ``# EOF``); the samples.
     The hourly buckets stamped in the day hold the previous day's last hour; the last day's file
     also holds the bucket of its own last hour (stamped 5 minutes after its end)."""
-    gpus, day, days, slot, path = args
+    gpus, day, days, slot, path, start = args
     k0, k1 = day * PER_DAY, (day + 1) * PER_DAY
     # the hour before the day, for its first hourly bucket, and the grace of a job that ended then
     pre = 0 if day == 0 else HOUR // BUCKET + GRACE_BUCKETS
-    lo, hi = WEEK_START + day * DAY, WEEK_START + (day + 1) * DAY + (BUCKET + 1 if day == days - 1 else 0)
-    stamps = [WEEK_START + BUCKET * (k + 1) for k in range(k0, k1)]  # a bucket's stamp: its end
-    all_stamps = np.array([WEEK_START + BUCKET * (k + 1) for k in range(k0 - pre, k1)])
-    info_ts = [WEEK_START + BUCKET * k for k in range(k0, k1)]  # a gauge: from the day's start
+    lo, hi = start + day * DAY, start + (day + 1) * DAY + (BUCKET + 1 if day == days - 1 else 0)
+    stamps = [start + BUCKET * (k + 1) for k in range(k0, k1)]  # a bucket's stamp: its end
+    all_stamps = np.array([start + BUCKET * (k + 1) for k in range(k0 - pre, k1)])
+    info_ts = [start + BUCKET * k for k in range(k0, k1)]  # a gauge: from the day's start
     count = 0
     with open(path, "w") as out:
         for g in range(gpus):
-            host, index, cluster = f"gpu-node-{g // 8 + 1:05d}", g % 8, cluster_of(g, gpus)
+            host, index, cluster = f"gpu-node-{g // 8 + 1:04d}", g % 8, cluster_of(g, gpus)  # as report_scale
             uuid = f"GPU-{g:08x}-0000-4000-8000-000000000000"
             target = f'cluster="{cluster}",instance="{host}:10044",job="gpuledger"'
             base = f'{target},gpu="{index}",uuid="{uuid}"'
             info = f'gpuledger_gpu_info{{{base},model="NVIDIA H200",hostname="{host}",driver_version="580.159.04"}} '
             out.write(_lines(info, info_ts, [1.0] * len(info_ts)))
-            inc, sl, running = buckets(g, k0 - pre, k1, slot)
+            inc, sl, running = buckets(g, k0 - pre, k1, slot, start)
             for name in GPU_COUNTERS:
                 out.write(_lines(f"gpuledger:gpu_{name}:increase5m{{{base}}} ", stamps, inc[name][pre:].tolist()))
                 hts, hvs = hourly(all_stamps, inc[name], lo, hi)
@@ -169,11 +171,12 @@ def write_day(args: tuple[int, int, int, int, str]) -> int:
     return count
 
 
-def backfill(gpus: int, days: int, slot: int, work: Path) -> tuple[int, float]:
+def backfill(gpus: int, days: int, slot: int, work: Path, start: int = WEEK_START) -> tuple[int, float]:
+    """``days`` days of the fleet's rollups from ``start`` into ``work``/data; (samples, seconds)."""
     data = work / "data"
-    data.mkdir()
+    data.mkdir(exist_ok=True)
     t0 = time.monotonic()
-    jobs = [(gpus, d, days, slot, str(work / f"day{d}.om")) for d in range(days)]
+    jobs = [(gpus, d, days, slot, str(work / f"day{d}.om"), start) for d in range(days)]
     samples = 0
     with multiprocessing.Pool(1) as pool:  # one day written while promtool reads the one before
         pending = pool.apply_async(write_day, (jobs[0],))
@@ -181,10 +184,10 @@ def backfill(gpus: int, days: int, slot: int, work: Path) -> tuple[int, float]:
             n = pending.get()
             if d + 1 < len(jobs):
                 pending = pool.apply_async(write_day, (jobs[d + 1],))
-            cmd = ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h", job[-1]]
-            cmd.append(str(data))
+            path = job[4]
+            cmd = ["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h", path, str(data)]
             subprocess.run(cmd, check=True, capture_output=True)
-            os.unlink(job[-1])
+            os.unlink(path)
             samples += n
             print(f"  day {d + 1}/{days}: {n / 1e6:.1f} M samples, {time.monotonic() - t0:.0f} s", flush=True)
     return samples, time.monotonic() - t0

@@ -11,7 +11,15 @@ every new evaluation, ``--rounds`` times. Not in the data: gpuledger_gpu_job_inf
 GPUAllocatedButIdle joins nothing) and the benchmark gauges. Reported per group: the median and the largest
 evaluation time against its interval, and the heaviest rule; and Prometheus' peak RSS.
 
-    python bench/rules_scale.py [--gpus 64,256,1024] [--rounds 3] [--keep DIR]
+    python bench/rules_scale.py [--gpus 64,256,1024] [--rounds 3] [--keep DIR] [--raw-hours H]
+
+``--raw-hours H`` (for fleets whose raw week will not fit: 10,000 GPUs): the raw series for the last
+H hours only, and the 7 days before them as the rollup rules' series (bench/rollup_scale.py's
+5-minute and hourly buckets, with the GPUs' info every 5 minutes). The groups that read raw samples
+over an hour or less (the rollups, the 1-hour group, the alerts) and the 7-day group (it reads the
+5-minute buckets) then see what they would see live; the 1-day group (``rate(...[1d])`` on raw
+counters) and the identity group (7 days of raw ``gpuledger_gpu_info``) see less than a live
+Prometheus would give them, so their times are lower bounds.
 
 Backfilling takes about 1.5, 4.5 and 17 minutes on 2 cores (bench/report_scale.py); the TSDB is
 only useful while its newest samples are fresh, so it is not reused (--keep keeps it to inspect).
@@ -37,6 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import rollup_scale
 from bench.common import require_prometheus, start_prometheus, table, write_result
 from bench.report_scale import DAY, backfill, write_steps
 
@@ -79,8 +88,27 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+SLOW = 300  # groups at this interval or longer: their first evaluation counts, and one is enough
+QUERIED = 3600  # groups at this interval or longer: their rules timed as instant queries, not waited for
+
+
+def query_times(url: str, group: dict[str, Any]) -> tuple[float, str, float]:
+    """A group's rules run one after the other as instant queries (wall time each, as an evaluation
+    would run them): the total, the heaviest rule and its time."""
+    times = []
+    for r in group["rules"]:
+        t0 = time.monotonic()
+        _get(url + "/api/v1/query?" + urllib.parse.urlencode({"query": r["query"]}))
+        times.append((time.monotonic() - t0, r["name"]))
+    top = max(times)
+    return sum(t for t, _ in times), top[1], top[0]
+
+
 def measure(url: str, rounds: int) -> dict[str, dict[str, Any]]:
-    """Per group: interval, evaluation times of ``rounds`` evaluations after the first, heaviest rule."""
+    """Per group: interval, evaluation times of ``rounds`` evaluations after the first, heaviest rule.
+    A group of 5 minutes or more: its first ``min(rounds, 1)`` evaluation(s), the first one counted;
+    an hourly one: its rules timed as queries (``query_times``), since its evaluations are an hour
+    apart."""
     seen: dict[str, str] = {}
     times: dict[str, list[float]] = {}
     heaviest: dict[str, tuple[float, str]] = {}
@@ -95,7 +123,7 @@ def measure(url: str, rounds: int) -> dict[str, dict[str, Any]]:
                 continue
             first = name not in seen
             seen[name] = last
-            if first:  # the first evaluation fills the recorded series the others read
+            if first and g["interval"] < SLOW:  # the first evaluation fills the recorded series the others read
                 continue
             times.setdefault(name, []).append(g["evaluationTime"])
             top = max(g["rules"], key=lambda r: r.get("evaluationTime", 0.0))
@@ -104,10 +132,16 @@ def measure(url: str, rounds: int) -> dict[str, dict[str, Any]]:
             errors = [r["name"] for r in g["rules"] if r.get("health") == "err"]
             if errors:
                 raise RuntimeError(f"{name}: rules failed: {errors}")
-        if interval and all(len(times.get(n, [])) >= rounds for n in interval):
+        waited = [n for n in interval if interval[n] < QUERIED]
+        if waited and all(len(times.get(n, [])) >= (rounds if interval[n] < SLOW else 1) for n in waited):
             break
         time.sleep(2)
-    missing = [n for n in interval if len(times.get(n, [])) < rounds]
+    for g in _get(url + "/api/v1/rules")["data"]["groups"]:
+        if g["interval"] >= QUERIED:
+            total, rule, rule_s = query_times(url, g)
+            times[g["name"]] = [total]
+            heaviest[g["name"]] = (rule_s, rule)
+    missing = [n for n in interval if len(times.get(n, [])) < (rounds if interval[n] < SLOW else 1)]
     if missing:
         raise RuntimeError(f"groups without {rounds} evaluations: {missing}")
     return {
@@ -121,7 +155,30 @@ def measure(url: str, rounds: int) -> dict[str, dict[str, Any]]:
     }
 
 
-def run_size(gpus: int, rounds: int, keep: Path | None) -> dict[str, Any]:
+def _load(om: Path, work: Path) -> None:
+    cmd = ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(work / "data")]
+    subprocess.run(cmd, check=True, capture_output=True)
+    om.unlink()
+
+
+def _raw_until_now(gpus: int, start: int, k0: int, work: Path) -> int:
+    """The raw steps from step ``k0`` (counted from ``start``) up to a few seconds ago, an hour of
+    steps per file (promtool holds a file's samples in memory), until caught up; the samples."""
+    samples = 0
+    while (now := int(time.time()) - STEP) >= start + k0 * STEP:
+        k1 = min(k0 + 3600 // STEP, (now - start) // STEP + 1)
+        om = work / "raw.om"
+        samples += write_steps(gpus, k0, k1, STEP, str(om), start)
+        with om.open("a") as f:
+            f.write("# EOF\n")
+        _load(om, work)
+        until = time.strftime("%H:%M:%S", time.gmtime(start + k1 * STEP))
+        print(f"  raw to {until}: {samples / 1e6:.1f} M samples", flush=True)
+        k0 = k1
+    return samples
+
+
+def run_size(gpus: int, rounds: int, keep: Path | None, raw_hours: float = 0.0) -> dict[str, Any]:
     work = keep / f"rules-{gpus}" if keep else Path(tempfile.mkdtemp(prefix="gpuledger-rules-"))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -129,23 +186,23 @@ def run_size(gpus: int, rounds: int, keep: Path | None) -> dict[str, Any]:
         # 7 days up to now; then, since that takes minutes, the steps from there to now again,
         # so the rules see fresh samples (Prometheus accepts the recorded series only after the
         # newest backfilled sample: the data cannot reach into the future)
-        end = int(time.time()) // 60 * 60
-        start = end - 7 * DAY
-        print(f"{gpus} GPUs: backfilling 7 days at {STEP} s", flush=True)
-        samples, fill_s = backfill(gpus, 7, STEP, work, start)
+        end = int(time.time()) // 300 * 300
+        if raw_hours:
+            start = end - round(raw_hours * 3600) // 300 * 300
+            print(f"{gpus} GPUs: backfilling 7 days of rollups, then {raw_hours:g} h at {STEP} s", flush=True)
+            samples, fill_s = rollup_scale.backfill(gpus, 7, 7 * 3600, work, start - 7 * DAY)
+            t0 = time.monotonic()
+            samples += _raw_until_now(gpus, start, 0, work)
+            fill_s += time.monotonic() - t0
+        else:
+            start = end - 7 * DAY
+            print(f"{gpus} GPUs: backfilling 7 days at {STEP} s", flush=True)
+            samples, fill_s = backfill(gpus, 7, STEP, work, start)
+            samples += _raw_until_now(gpus, start, 7 * DAY // STEP, work)
         now = int(time.time()) - STEP
-        tail = work / "tail.om"
-        samples += write_steps(gpus, 7 * DAY // STEP, (now - start) // STEP + 1, STEP, str(tail), start)
-        with tail.open("a") as f:
-            f.write("# EOF\n")
         prices = work / "prices.om"
         write_prices(gpus, start, now, prices)
-        for om in (tail, prices):
-            subprocess.run(
-                ["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(work / "data")],
-                check=True,
-                capture_output=True,
-            )
+        _load(prices, work)
         rule_files = "".join(f"  - {f}\n" for f in RULES)
         (work / "prometheus.yml").write_text(f"global:\n  evaluation_interval: 1m\nrule_files:\n{rule_files}")
         prom, url = start_prometheus(work, 19190 + gpus % 1000, f"--query.lookback-delta={LOOKBACK}")
@@ -162,6 +219,7 @@ def run_size(gpus: int, rounds: int, keep: Path | None) -> dict[str, Any]:
             prom.wait(timeout=60)
         return {
             "gpus": gpus,
+            "raw_hours": raw_hours or 7 * 24,
             "samples_millions": samples / 1e6,
             "backfill_seconds": fill_s,
             "groups": groups,
@@ -179,10 +237,11 @@ def main() -> None:
     ap.add_argument("--gpus", default="64,256,1024", help="fleet sizes, comma-separated")
     ap.add_argument("--rounds", type=int, default=3, help="evaluations measured per group, after a warm-up one")
     ap.add_argument("--keep", type=Path, help="keep each TSDB and Prometheus log in this folder")
+    ap.add_argument("--raw-hours", type=float, default=0.0, help="raw samples for the last H hours only (see above)")
     a = ap.parse_args()
     require_prometheus()
     os.environ.pop("GPULEDGER_CONFIG", None)
-    sizes = [run_size(int(n), a.rounds, a.keep) for n in a.gpus.split(",")]
+    sizes = [run_size(int(n), a.rounds, a.keep, a.raw_hours) for n in a.gpus.split(",")]
     rows = []
     for s in sizes:
         for name, g in s["groups"].items():
@@ -230,7 +289,8 @@ def main() -> None:
             ],
         )
     )
-    path = write_result("rules_scale", {"rounds": a.rounds, "rule_files": [f.name for f in RULES], "sizes": sizes})
+    name = f"rules_scale_raw_{a.raw_hours:g}h" if a.raw_hours else "rules_scale"  # not the 7-day raw runs
+    path = write_result(name, {"rounds": a.rounds, "rule_files": [f.name for f in RULES], "sizes": sizes})
     print(f"wrote {path}")
 
 

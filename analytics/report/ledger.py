@@ -58,6 +58,12 @@ class Acc:
     """Adds GPUs (or jobs) up into one CostRow. A figure some parts lack (None) is the sum of the
     parts that have it, None where none has it (``sum_known``)."""
 
+    __slots__ = (
+        *("gpus", "available", "sampled", "busy", "useful", "sm", "alloc", "idle", "energy", "stalled", "co2e"),
+        *("hardware", "energy_cost", "idle_cost", "stalled_cost", "uuids", "measured", "parts"),
+        *("busy_measures", "energy_measures"),
+    )  # 1.3 M additions into 120,000 rows at 10,000 GPUs
+
     def __init__(self) -> None:
         self.gpus = 0
         self.available = self.sampled = self.busy = self.useful = 0.0

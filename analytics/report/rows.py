@@ -5,8 +5,16 @@ Shared by the report's pages (``analytics.report.text``: the ``(N more)`` row) a
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from analytics.report.model import UNALLOCATED, CostRow
 from analytics.report.useful import combined
+
+COLUMNS = (
+    *("gpus", "available_gpu_hours", "sampled_gpu_hours", "busy_gpu_hours", "sm_active_gpu_hours"),
+    *("useful_gpu_hours", "allocated_gpu_hours", "allocated_idle_gpu_hours", "energy_kwh", "energy_cost"),
+    *("hardware_cost", "total_cost", "idle_cost", "stalled_gpu_hours", "co2e_kg", "busy_measure", "energy_measure"),
+)  # the columns ``summed`` reads
 
 
 def summed(rows: list[CostRow], key: str, min_useful_h: float = 0.0) -> CostRow:
@@ -14,14 +22,18 @@ def summed(rows: list[CostRow], key: str, min_useful_h: float = 0.0) -> CostRow:
     recomputed from the sums (GPUs summed: a GPU two of the rows share counts twice); no cost per
     useful GPU-hour under ``min_useful_h`` useful hours, as any row."""
 
+    # column by column, in C: the tail of a 100,000-job table
+    columns = dict(zip(COLUMNS, zip(*map(attrgetter(*COLUMNS), rows), strict=True), strict=True))
+
     def add(name: str) -> float:
-        return float(sum(getattr(x, name) or 0.0 for x in rows))
+        return float(sum(filter(None, columns[name])))  # None and 0 left out: the same sum
 
     def known(name: str) -> float | None:
-        return None if all(getattr(x, name) is None for x in rows) else add(name)
+        col = columns[name]
+        return None if col.count(None) == len(col) else add(name)
 
     def same(name: str) -> str:
-        values = {getattr(x, name) for x in rows}
+        values = set(columns[name])
         return values.pop() if len(values) == 1 else "mixed"
 
     sampled, busy, useful, total = (
