@@ -115,8 +115,9 @@ def grid(api: PromAPI, w: Window, counter: str, hourly: bool = True) -> Grid:
     cover ``w`` (``hours_cover``)."""
     stamp = last_stamp(api, rollup(counter), w.end)
     if stamp is None:  # none in the two hours before the window's end: any in the window
-        found = api.query(f"max(max_over_time(timestamp({rollup(counter)})[{rng(w.seconds)}:{BUCKET:.0f}s]))", w.end)
-        stamp = found[0].value if found else w.end
+        stamp = last_stamp(api, rollup(counter), w.end, w.seconds)
+    if stamp is None:
+        stamp = w.end
     five = Grid(round(stamp % BUCKET, 3))
     return (hours_cover(api, w, counter, five) or five) if hourly else five
 
@@ -158,29 +159,36 @@ def hours_cover(api: PromAPI, w: Window, counter: str, five: Grid) -> Grid | Non
     return g
 
 
-def last_stamp(api: PromAPI, name: str, t: float) -> float | None:
-    """The stamp of the last sample of one series of ``name`` in the two hours up to ``t``, to the
-    millisecond: a second's windows of ``count_over_time`` over the two hours, then a millisecond's
-    over the second found (two range queries on one series). ``timestamp()`` tells it in Prometheus,
-    but VictoriaMetrics answers the evaluation's time there."""
-    one = api.query(f"topk(1, last_over_time({name}[{rng(2 * HOUR)}]))", t)
+POINTS = 10_000  # a range query's points at most (Prometheus refuses more than 11,000)
+
+
+def last_stamp(api: PromAPI, name: str, t: float, span: float = 2 * HOUR) -> float | None:
+    """The stamp of the last sample of one series of ``name`` in the ``span`` seconds up to ``t``, to
+    the millisecond: ``count_over_time`` over windows as long as the step across the span (the last
+    window holding a sample), then across that window at a step a thousand times finer, down to a
+    millisecond (two range queries on one series for two hours, three for a week). ``timestamp()``
+    tells it in Prometheus, but VictoriaMetrics answers the evaluation's time there."""
+    one = api.query(f"topk(1, last_over_time({name}[{rng(span)}]))", t)
     if not one:
         return None
     labels = sorted((k, v) for k, v in one[0].labels.items() if k != "__name__")  # kept by Prometheus
     sel = name + "{" + ", ".join(f'{k}="{label_value(v)}"' for k, v in labels) + "}"
-    found: float | None = None
-    for window, start, end, step in (("1s", t - 2 * HOUR, t, 1.0), ("1ms", 0.0, 0.0, 0.001)):
-        if found is not None:  # the second ending at the first window holding the sample
-            start, end = found - 1.0, found
+    step = max(1, math.ceil(span * 1000 / POINTS))  # milliseconds
+    start, end, pick = t - span, t, max
+    while True:
         try:
-            counts = api.query_range(f"count_over_time({sel}[{window}])", start, end, step)
+            counts = api.query_range(f"count_over_time({sel}[{step}ms])", start, end, step / 1000)
         except QueryError:  # a server that cannot answer it: no stamp told (the hours are not read)
             return None
         hits = [t for series in counts for t, n in series.points if n]
         if not hits:
-            return found
-        found = round(max(hits) if window == "1s" else min(hits), 3)
-    return found
+            return None
+        found = pick(hits)
+        if step == 1:
+            return round(found, 3)
+        # the window ending there holds it (Prometheus before 3.0 also counts its start: the earliest
+        # window that holds it from now on)
+        start, end, step, pick = found - step / 1000, found, max(1, step // 1000), min
 
 
 def fragment(counter: str, gap: float) -> str:

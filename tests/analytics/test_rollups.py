@@ -147,6 +147,11 @@ def assert_hours_equal_five_minutes(url: str) -> None:
     try:
         g = rollups.grid(api, w, GPU_COUNTERS["sampled"])
         assert g.hour is not None
+        # a bucket's stamp found over two hours (two range queries) or over the week (three)
+        name = rollups.hourly_rollup(GPU_COUNTERS["sampled"])
+        near = rollups.last_stamp(api, name, w.end + rollups.LAG)
+        assert near is not None and round(near % rollups.HOUR, 3) == g.hour
+        assert rollups.last_stamp(api, name, w.end + rollups.LAG, w.seconds) == near
         # the spans' edges fall inside hourly buckets, so every part of the expression is used
         assert any(g.end(d.end) < d.end for d in days(w))
         five = rollups.rollup_totals(api, w, GPU_COUNTERS, "gpuledger_gpu_info", replace(g, hour=None))
