@@ -82,8 +82,15 @@ def _step(msg: str, t0: float) -> None:
     print(f"[{time.monotonic() - t0:5.1f} s] {msg}", flush=True)
 
 
+SIGNALLED = threading.Event()  # a signal came before serving, even one Python swallowed
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # SIGTERM before serving ends the demo as Ctrl-C does: cleaned up
+    """SIGINT and SIGTERM before serving end the demo, cleaned up. Remembered as well as raised: a
+    KeyboardInterrupt raised inside a callback (an import lock's, a weakref's) is printed and
+    ignored, and the demo would have gone on to serve; it stops before serving instead."""
+    SIGNALLED.set()
+    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         fate = "temporary: removed when the demo ends, on Ctrl-C too; --dir keeps it"
     folder: Path | None = None
-    previous = signal.signal(signal.SIGTERM, _interrupt), signal.getsignal(signal.SIGINT)  # before the folder
+    SIGNALLED.clear()
+    previous = signal.signal(signal.SIGTERM, _interrupt), signal.signal(signal.SIGINT, _interrupt)  # before the folder
     try:
         folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="gpuledger-demo-"))
         print(f"gpuledger demo: folder {folder} ({fate})", flush=True)
@@ -190,6 +198,9 @@ def _demo(args: argparse.Namespace, folder: Path) -> int:
     done = threading.Event()  # from here a signal stops the daemons before the folder goes
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: done.set())
+    if SIGNALLED.is_set():  # one came while generating, and its KeyboardInterrupt was lost
+        a.server.server_close()
+        raise KeyboardInterrupt
     exporter.start()
     a.start(catch_up=False)
     _step(

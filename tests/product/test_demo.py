@@ -220,3 +220,30 @@ def test_the_mig_node_charges_each_slice_job_its_share(tmp_path: Path) -> None:
     (mig,) = [x for x in r.group("partition") if x.key == "mig"]
     assert mig.total_cost == pytest.approx(sum(x.total_cost for x in slice_rows))
     assert_conserves(r, ("user", "job", "partition"))
+
+
+@pytest.mark.integration
+def test_a_signal_python_swallowed_while_generating_still_stops_it_before_serving(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A KeyboardInterrupt raised inside a callback (an import lock's) is printed and ignored by
+    Python: CI once saw the demo serve on after a SIGINT while generating. The signal is remembered
+    too, and the demo stops before serving, its folder removed."""
+    steps = demo._step
+
+    def swallowed(msg: str, t0: float) -> None:  # the handler ran, its exception went nowhere
+        demo.SIGNALLED.set()
+        steps(msg, t0)
+
+    monkeypatch.setattr(demo, "_step", swallowed)
+    e, a = free_port(), free_port()
+    fleet = ["--hosts", "1", "--gpus-per-host", "1", "--seed", "7"]
+    args = cli.build_parser().parse_args(
+        ["demo", *fleet, "--listen", f"127.0.0.1:{e}", "--analytics-listen", f"127.0.0.1:{a}"]
+    )
+    monkeypatch.delenv("GPULEDGER_CONFIG", raising=False)
+    assert demo.run(args) == 130
+    out = capsys.readouterr()
+    assert "gpuledger demo: interrupted" in out.err and "live until" not in out.out
+    folder = Path(out.out.splitlines()[0].removeprefix("gpuledger demo: folder ").split(" (")[0])
+    assert not folder.exists()
