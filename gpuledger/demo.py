@@ -200,6 +200,7 @@ def _demo(args: argparse.Namespace, folder: Path) -> int:
         signal.signal(sig, lambda signum, frame: done.set())
     if SIGNALLED.is_set():  # one came while generating, and its KeyboardInterrupt was lost
         a.server.server_close()
+        exporter.server.server_close()  # bound, never served: nothing to shut down
         raise KeyboardInterrupt
     exporter.start()
     a.start(catch_up=False)
