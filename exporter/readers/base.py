@@ -117,6 +117,9 @@ class GpmActivity:
     tensor: float
     dram: float
     sm_occupancy: float
+    # the share of time the graphics/compute engine had work resident (GPM GRAPHICS_UTIL, DCGM's
+    # GR_ENGINE_ACTIVE): utilisation's counterpart, the one "busy" NVML gives a MIG instance; None: unread
+    graphics: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

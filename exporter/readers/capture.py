@@ -51,6 +51,7 @@ class Gpm:
     tensor: float
     dram: float
     sm_occupancy: float
+    graphics: float | None = None  # GPM's graphics activity; None: not in the capture
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +232,13 @@ def _static(path: Path, line: str, whole: bool) -> CaptureStatic:
 def _record(raw: schema.RecordLine) -> Record:
     g = raw.gpm
     gpm = (
-        Gpm(g.sm_util / 100, g.tensor_util / 100, g.dram_bw_util / 100, g.sm_occupancy / 100)
+        Gpm(
+            g.sm_util / 100,
+            g.tensor_util / 100,
+            g.dram_bw_util / 100,
+            g.sm_occupancy / 100,
+            None if g.graphics_util is None else g.graphics_util / 100,
+        )
         if isinstance(g, schema.GpmLine)
         else None
     )

@@ -51,6 +51,7 @@ class GpmLine(_Line):
     tensor_util: Percent
     dram_bw_util: Percent
     sm_occupancy: Percent
+    graphics_util: Percent | None = None  # GRAPHICS_UTIL; captures before it have none
 
 
 ProcUtil = Annotated[list[Annotated[float, _num(MAX_EPOCH * 1e6)]], Field(min_length=3, max_length=4)]

@@ -74,13 +74,15 @@ def memory_info(n: Any, handle: Any) -> Memory:
 
 
 def gpm_between(n: Any, prev: Any, cur: Any) -> GpmActivity | None:
-    """SM, tensor, DRAM activity and SM occupancy between two GPM samples (``n``: pynvml); None
-    where NVML gives a value that is no number for the interval."""
+    """SM, tensor, DRAM activity, SM occupancy and graphics engine activity between two GPM samples
+    (``n``: pynvml); None where NVML gives one of the first four that is no number for the interval
+    (graphics alone unreadable is None in the answer)."""
     ids = (
         n.NVML_GPM_METRIC_SM_UTIL,
         n.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
         n.NVML_GPM_METRIC_DRAM_BW_UTIL,
         n.NVML_GPM_METRIC_SM_OCCUPANCY,
+        n.NVML_GPM_METRIC_GRAPHICS_UTIL,
     )
     req = n.c_nvmlGpmMetricsGet_t()
     req.version = n.NVML_GPM_METRICS_GET_VERSION
@@ -91,11 +93,12 @@ def gpm_between(n: Any, prev: Any, cur: Any) -> GpmActivity | None:
         req.metrics[k].metricId = metric_id
     n.nvmlGpmMetricsGet(req)
     vals = [req.metrics[k].value / 100.0 for k in range(len(ids))]
-    if not all(math.isfinite(v) for v in vals):
+    if not all(math.isfinite(v) for v in vals[:4]):
         # seen on an H200 (driver 580): DRAM bandwidth NaN for two samples milliseconds apart. A NaN
         # integrated once would poison a counter for good: the interval reads as not measured.
         return None
-    return GpmActivity(sm=vals[0], tensor=vals[1], dram=vals[2], sm_occupancy=vals[3])
+    graphics = vals[4] if math.isfinite(vals[4]) else None
+    return GpmActivity(sm=vals[0], tensor=vals[1], dram=vals[2], sm_occupancy=vals[3], graphics=graphics)
 
 
 @dataclass(frozen=True, slots=True)

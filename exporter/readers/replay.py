@@ -200,7 +200,8 @@ class ReplayReader:
         if any(m is None for m in means):
             return None
         sm, tensor, dram, occ = (float(m or 0.0) for m in means)
-        return GpmActivity(sm=sm, tensor=tensor, dram=dram, sm_occupancy=occ)
+        graphics = self._interval_mean(last + off, now + off, "graphics")
+        return GpmActivity(sm=sm, tensor=tensor, dram=dram, sm_occupancy=occ, graphics=graphics)
 
     def ecc_errors(self, index: int) -> EccErrors:
         r = self._record(index, "ecc_errors")
@@ -313,8 +314,9 @@ class ReplayReader:
             k += 1
 
     def _interval_mean(self, pa: float, pb: float, field: str) -> float | None:
-        """Time-weighted mean of a GPM field over positions (pa, pb]; record r covers the
-        capture interval (offset[r-1], offset[r]]."""
+        """Time-weighted mean of a GPM field over positions (pa, pb]; record r covers the capture
+        interval (offset[r-1], offset[r]]. ``graphics`` where a capture has none (those before it was
+        recorded) is the record's utilisation, which NVML derives from the same engine activity."""
         offs = self.capture.offsets
         recs = self.capture.records
         total = weight = 0.0
@@ -324,7 +326,8 @@ class ReplayReader:
                 lo, hi = max(qa, offs[r - 1]), min(qb, offs[r])
                 g = recs[r].gpm
                 if g is not None and hi > lo:
-                    total += float(getattr(g, field)) * (hi - lo)
+                    v = getattr(g, field)
+                    total += float(recs[r].util_gpu if v is None else v) * (hi - lo)
                     weight += hi - lo
                 r += 1
         return total / weight if weight > 0 else None

@@ -161,7 +161,8 @@ def fold_stall(
 ) -> None:
     """Fold one round into ``gpu``'s stalled counters and its jobs' (caller holds the sampler lock;
     after ``fastlane.integrate`` and the jobs' integration). An uncovered round (baseline, gap,
-    utilisation or GPM unread) breaks the run."""
+    utilisation or GPM unread) breaks the run. Under MIG: ``mig.fold_stall``."""
+    gpu.mig_stall = {}
     c = gpu.counters
     if r.gpm is not None and c.stalled_seconds is None:
         c.stalled_seconds = 0.0
@@ -177,8 +178,4 @@ def fold_stall(
         amounts[holder] = busy_s * share
     stalled = rule.holds(r.busy, r.gpm)
     counted = stalls.step(gpu.stall, stalled=stalled, dt=dt, amounts=amounts, min_seconds=rule.min_seconds)
-    for key, v in counted.items():
-        if key == stalls.GPU:
-            c.stalled_seconds = (c.stalled_seconds or 0.0) + v
-        elif isinstance(key, JobKey) and (job := gpu.jobs.jobs.get(key)) is not None:
-            job.stalled_seconds = (job.stalled_seconds or 0.0) + v
+    stalls.credit(gpu, counted)

@@ -102,8 +102,10 @@ GPU: Feature[object] = Feature("gpu", None, (
     gpu_row("gpuledger_gpu_stalled_seconds_total", "counter", "seconds",
             "Busy time that was stalled: utilisation high while SMs, tensor cores and DRAM stay near still for "
             "stalled_min_seconds or more (a hung collective, a spin-wait); busy minus stalled is working time. "
-            "GPM only.",
-            "utilisation + GPM SM_UTIL, ANY_TENSOR_UTIL, DRAM_BW_UTIL", lambda g: g.counters.stalled_seconds),
+            "GPM only. Under MIG each instance is judged alone, GPM's graphics activity standing for utilisation, "
+            "and counts its busy time (its share x its SM activity).",
+            "utilisation (MIG: GPM GRAPHICS_UTIL) + GPM SM_UTIL, ANY_TENSOR_UTIL, DRAM_BW_UTIL",
+            lambda g: g.counters.stalled_seconds),
     gpu_row("gpuledger_gpu_energy_joules_total", "counter", "joules",
             "Energy since the exporter started, from the NVML energy counter (integrated power where unsupported).",
             "nvmlDeviceGetTotalEnergyConsumption", lambda g: g.counters.energy_joules),

@@ -56,6 +56,7 @@ class TrackedGpu:
     last_power: float | None = None
     energy_from_power: bool = False  # the energy counter is unsupported: integrate power
     stall: StallRun = field(default_factory=StallRun)  # the current run of stalled rounds
+    mig_stall: dict[str, StallRun] = field(default_factory=dict)  # under MIG, each instance's (by MIG UUID)
     # slow lane
     energy_raw: float | None = None
     due: dict[str, float] = field(default_factory=dict)

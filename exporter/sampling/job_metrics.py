@@ -69,7 +69,8 @@ FEATURE: Feature[AttributionStatus] = Feature("jobs", AttributionStatus, (
             "up to more than its sampled time): what chargeback prices.", "attribution",
             _per_job(lambda c: c.charged_seconds), JOB_LABELS),
     gpu_row("gpuledger_job_gpu_stalled_seconds_total", "counter", "seconds",
-            "The GPU's stalled busy time times the job's share (GPM only; see gpuledger_gpu_stalled_seconds_total).",
+            "The GPU's stalled busy time times the job's share, under MIG its instance's (GPM only; see "
+            "gpuledger_gpu_stalled_seconds_total).",
             "attribution + GPM", _per_job(lambda c: c.stalled_seconds), JOB_LABELS),
     gpu_row("gpuledger_job_gpu_energy_joules_total", "counter", "joules",
             "The GPU's energy-counter increase apportioned by the job's share of power x time.",

@@ -184,9 +184,11 @@ class Sampler:
             g.up = r.busy is not None or r.mig is not None  # under MIG: up while its instances answer
             dt = fastlane.integrate(g, r, max_gap=max_gap, idle_below=self.opt.idle_below)
             now = time.monotonic()
-            holders = self._fold_jobs(g, r, owners, dt, now)
-            # under MIG a job's stalled time is not apportioned yet (the GPU's stall is not its instance's)
-            fastlane.fold_stall(g, r, dt, None if r.in_mig else holders, self.opt.stall)
+            holders, by_instance = self._fold_jobs(g, r, owners, dt, now)
+            if r.in_mig:  # each instance judged on its own
+                mig.fold_stall(g, r.mig, dt, by_instance, self.opt.stall)
+            else:
+                fastlane.fold_stall(g, r, dt, holders, self.opt.stall)
             if not g.up:
                 g.observed_since = None
                 return
@@ -203,15 +205,16 @@ class Sampler:
 
     def _fold_jobs(
         self, g: TrackedGpu, r: fastlane.FastReading, owners: dict[int, Owner | None], dt: float | None, now: float
-    ) -> dict[JobKey, float] | None:
+    ) -> tuple[dict[JobKey, float] | None, dict[str, dict[JobKey, float]] | None]:
         """Credit the jobs holding the GPU with this round (caller holds the lock); their shares,
-        or None when the process list could not be read."""
+        or None when the process list could not be read, and under MIG their shares by instance."""
         if r.procs is None:
-            return None  # the process list (under MIG: an instance's) could not be read: keep what we knew
+            return None, None  # the process list (under MIG: an instance's) could not be read: keep what we knew
         g.procs_seen = r.procs
         busy_of: dict[JobKey, float] | None = None
+        by_instance: dict[str, dict[JobKey, float]] | None = None
         if r.mig is not None:  # a job holds its instances' share of the GPU (exporter.sampling.mig)
-            holders, busy_of = mig.holders(r.mig, owners, self._pod_of)
+            holders, busy_of, by_instance = mig.holders(r.mig, owners, self._pod_of)
         else:
             holders = shares(r.procs, owners, r.proc_util, self._pod_of(g.info.uuid))
         if dt is not None and r.busy is not None:
@@ -222,7 +225,7 @@ class Sampler:
         else:
             g.jobs.seen(holders, now)
         g.jobs.expire(now, self.opt.job_grace)
-        return holders
+        return holders, by_instance
 
     def _pod_of(self, uuid: str) -> PodDevice | None:
         """The pod the kubelet gave this GPU or MIG device to, if any."""

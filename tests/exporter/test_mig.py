@@ -311,7 +311,7 @@ def test_shares_are_conserved_and_no_job_is_charged_above_its_instances(
         inst.reading()  # start GPM's interval
     layout = MigLayout(H100_SLICES, 132, tuple(i.reading() for i in insts))
     assert sum(layout.share(i) for i in layout.instances) + layout.unallocated == pytest.approx(1.0)
-    held, busy_of = mig.holders(layout, OWNERS, lambda uuid: None)
+    held, busy_of, _ = mig.holders(layout, OWNERS, lambda uuid: None)
     book = GpuJobs()
     for t in range(rounds):
         book.integrate(held, dt=1.0, busy=mig.busy(layout) or 0.0, power=100.0, now=t, energy_from_power=True,

@@ -173,3 +173,15 @@ def test_gpm_values_that_are_no_number_read_as_not_measured(monkeypatch: pytest.
     monkeypatch.undo()
     got = r.gpm(0)
     assert got is not None and got.dram == REC["gpm"]["dram_bw_util"] / 100
+
+
+def test_gpm_graphics_activity_is_read_and_alone_unreadable_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GRAPHICS_UTIL (what judges a MIG instance's stalls) is the fifth GPM metric of the same call;
+    where it alone is no number the other four stand and graphics is None (not measured)."""
+    _, r = opened()
+    assert r.gpm(0) is None
+    got = r.gpm(0)
+    assert got is not None and got.graphics == REC["util_gpu_pct"] / 100 and got.sm == REC["gpm"]["sm_util"] / 100
+    monkeypatch.setitem(REC, "util_gpu_pct", float("nan"))  # the fake's GRAPHICS_UTIL is the capture's util
+    got = r.gpm(0)
+    assert got is not None and got.graphics is None and got.sm == REC["gpm"]["sm_util"] / 100

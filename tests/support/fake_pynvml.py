@@ -308,6 +308,7 @@ class FakeNvml:
             real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: REC["gpm"]["tensor_util"],
             real.NVML_GPM_METRIC_DRAM_BW_UTIL: REC["gpm"]["dram_bw_util"],
             real.NVML_GPM_METRIC_SM_OCCUPANCY: REC["gpm"]["sm_occupancy"],
+            real.NVML_GPM_METRIC_GRAPHICS_UTIL: REC["util_gpu_pct"],  # the capture has no GPM graphics: NVML's util
         }
         a, b = ctypes.addressof(req.sample1.contents), ctypes.addressof(req.sample2.contents)
         assert a != b, "GPM needs two distinct samples"
