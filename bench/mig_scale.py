@@ -7,6 +7,8 @@ whole GPU), alternating the two (ABAB...), each ``--repeats`` times:
 - ``/metrics`` latency with today's method (``bench/scrape_latency.py``): Prometheus' headers
   (OpenMetrics, gzip), a kept-alive connection, back-to-back and spaced 0.1-0.4 s (a new snapshot
   before most scrapes, as deployed); the ratio MIG / no MIG is taken within each pair.
+- The same spaced scrapes from a client in a process of its own (``--client-apart``), as Prometheus
+  scrapes: then only the exporter's threads share its interpreter, not the client's too.
 - The sampler's fast round: the whole ``Sampler.tick`` (reads, folding, attribution, the snapshot and
   the render-ahead) against its 1 s interval.
 - Calls per round: the FakeReader's ``calls`` (one ``mig_instances`` per GPU), and the NVML
@@ -23,8 +25,10 @@ per instance memory (13 us), processes (13 us) and a GPM sample (40 us), 7 x 66 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -122,6 +126,7 @@ def serve_one(mig: bool, args: argparse.Namespace, rng: random.Random, root: Pat
     out: dict[str, Any] = {
         "back_to_back": stats(scrape(port, args.scrapes)),
         "spaced": stats(scrape(port, args.spaced_scrapes, between=lambda: time.sleep(rng.uniform(0.1, 0.4)))),
+        "spaced_apart": stats(scrape_apart(port, args.spaced_scrapes, rng.randrange(2**31))),
     }
     rounds, reads = sampler.rounds[first:], sampler.reads[first:]
     srv.shutdown()
@@ -138,6 +143,24 @@ def serve_one(mig: bool, args: argparse.Namespace, rng: random.Random, root: Pat
     out["jobs"] = jobs
     out["exposition"] = {"lines": body.count(b"\n"), "bytes": len(body)}
     return out
+
+
+APART = """
+import json, random, sys, time
+from bench.scrape_latency import scrape
+port, n, seed = (int(a) for a in sys.argv[1:])
+rng = random.Random(seed)
+print(json.dumps(scrape(port, n, between=lambda: time.sleep(rng.uniform(0.1, 0.4)))))
+"""
+
+
+def scrape_apart(port: int, n: int, seed: int) -> list[float]:
+    """``n`` spaced scrapes (0.1-0.4 s apart) from a client in its own process, as Prometheus scrapes."""
+    root = Path(__file__).resolve().parents[1]
+    argv = [sys.executable, "-c", APART, str(port), str(n), str(seed)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=root, timeout=60 + n)
+    times: list[float] = json.loads(done.stdout)
+    return times
 
 
 def reader_calls(mig: bool, rounds: int = 10) -> dict[str, dict[str, float]]:
@@ -201,7 +224,7 @@ def main() -> None:
             ratios.append(
                 {
                     f"{mode}_{q}": m[mode][f"{q}_ms"] / w[mode][f"{q}_ms"]
-                    for mode in ("back_to_back", "spaced")
+                    for mode in ("back_to_back", "spaced", "spaced_apart")
                     for q in ("p50", "p99")
                 }
                 | {"round_p50": m["round"]["p50_ms"] / w["round"]["p50_ms"]}
@@ -221,6 +244,8 @@ def main() -> None:
                 med(rs, "back_to_back", "p99_ms"),
                 med(rs, "spaced", "p50_ms"),
                 med(rs, "spaced", "p99_ms"),
+                med(rs, "spaced_apart", "p50_ms"),
+                med(rs, "spaced_apart", "p99_ms"),
                 med(rs, "round", "reads_p50_ms"),
                 med(rs, "round", "p50_ms"),
                 med(rs, "round", "p99_ms"),
@@ -228,6 +253,7 @@ def main() -> None:
             ]
         )
     heads = ["configuration", "jobs", "lines", "b2b p50 ms", "b2b p99 ms", "spaced p50 ms", "spaced p99 ms"]
+    heads += ["apart p50 ms", "apart p99 ms"]
     heads += ["reads p50 ms", "round p50 ms", "round p99 ms", "round max ms"]
     print(f"/metrics latency and sampler round, medians of {args.repeats} runs each (interval {INTERVAL:.0f} s)\n")
     print(table(heads, rows))
@@ -244,10 +270,12 @@ def main() -> None:
     targets = {"spaced_p99_ms": 2.0, "round_within_interval_ms": INTERVAL * 1e3}
     met = {
         "spaced_p99": max(r["spaced"]["p99_ms"] for r in runs["mig"]) <= targets["spaced_p99_ms"],
+        "spaced_apart_p99": max(r["spaced_apart"]["p99_ms"] for r in runs["mig"]) <= targets["spaced_p99_ms"],
         "round": max(r["round"]["max_ms"] for r in runs["mig"]) <= targets["round_within_interval_ms"],
     }
     print(
-        f"\ntargets: /metrics p99 <= 2 ms (every MIG run, spaced): {met['spaced_p99']}; "
+        f"\ntargets: /metrics p99 <= 2 ms (every MIG run, spaced): {met['spaced_p99']} (client apart: "
+        f"{met['spaced_apart_p99']}); "
         f"round within 1 s: {met['round']}"
     )
     out = {
