@@ -369,7 +369,7 @@ class SlurmSettings(_Section):
     idle_action: Literal["off", "warn", "cancel"] = Field(
         "off",
         description="on each GPU node: a Slurm job whose GPUs here all stay idle is told so (warn: scontrol notify) "
-        "or, after idle_cancel_after, also cancelled (cancel: scancel, only in idle_cancel_partitions)",
+        "or, after idle_cancel_after, also cancelled (cancel: scancel, only one-node jobs in idle_cancel_partitions)",
     )
     idle_warn_after: float = Field(3600.0, gt=0, description="seconds of idle GPUs before the job is notified")
     idle_cancel_after: float = Field(

@@ -6,8 +6,9 @@ lists it RUNNING in a partition of ``idle_cancel_partitions`` (an explicit allow
 nothing is ever cancelled). A process's own claims (its environment) decide nothing here.
 
 Every action is one log line and a count in ``gpuledger_idle_job_actions_total{action}``:
-``warned``, ``cancelled``, ``refused`` (idle long enough, but its partition is not allowed or
-the scheduler does not list it running), ``failed`` (the command failed). The commands run on a
+``warned``, ``cancelled``, ``refused`` (idle long enough, but its partition is not allowed, the
+scheduler does not list it running, or it runs on more than one node: each node's exporter sees
+only its own GPUs, and the job may be working on another), ``failed`` (the command failed). The commands run on a
 thread of their own, never in the sampler's round.
 """
 
@@ -127,7 +128,7 @@ class IdleJobs:
             if self.policy.action == "cancel"
             else ""
         )
-        text = f"gpuledger: this job's GPUs have been idle for {idle_for / 60:.0f} minutes{cancel}"
+        text = f"gpuledger: this job's GPUs on this node have been idle for {idle_for / 60:.0f} minutes{cancel}"
         try:
             self._run([self._scontrol, "notify", job, text])
         except SourceError as e:
@@ -139,7 +140,7 @@ class IdleJobs:
 
     def _cancel(self, job: str, idle_for: float) -> None:
         try:
-            listed = self._run([self._squeue, "-h", "-j", job, "-o", "%P|%T|%u"]).strip().splitlines()
+            listed = self._run([self._squeue, "-h", "-j", job, "-o", "%P|%T|%u|%D"]).strip().splitlines()
         except SourceError as e:
             if "Invalid job id" in str(e):  # squeue forgets an ended job after MinJobAge
                 listed = []
@@ -147,12 +148,16 @@ class IdleJobs:
                 log.warning("idle job %s: squeue could not say its partition: %s; not cancelled", job, e)
                 self._count("failed")
                 return
-        partition, state, user = [*listed[0].split("|"), "", "", ""][:3] if listed else ["", "", ""]
-        if state != states.RUNNING or partition not in self.policy.partitions:
-            why = "not listed running" if state != states.RUNNING else f"partition {partition!r} is not allowed"
-            log.info(
-                "idle job %s: idle for %.0f s, not cancelled: %s (slurm.idle_cancel_partitions)", job, idle_for, why
-            )
+        partition, state, user, nodes = [*listed[0].split("|"), "", "", "", ""][:4] if listed else ["", "", "", ""]
+        why = ""
+        if state != states.RUNNING:
+            why = "not listed running"
+        elif partition not in self.policy.partitions:
+            why = f"partition {partition!r} is not allowed (slurm.idle_cancel_partitions)"
+        elif nodes.strip() != "1":  # this node's exporter sees its own GPUs only: the others may work
+            why = f"it runs on {nodes.strip() or 'an unknown number of'} nodes, and only this node's GPUs are seen here"
+        if why:
+            log.info("idle job %s: idle for %.0f s, not cancelled: %s", job, idle_for, why)
             self._count("refused")
             return
         try:

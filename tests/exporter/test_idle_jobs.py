@@ -126,3 +126,34 @@ def test_work_resets_the_streak_and_a_gone_job_fails_nothing(cluster: SlurmClust
         assert _actions(idle)["refused"] == 1 and _actions(idle)["failed"] == 0
     finally:
         idle.stop()
+
+
+@pytest.mark.parametrize(
+    ("listed", "cancelled"),
+    [
+        ("gpu|RUNNING|alice|1\n", True),
+        ("gpu|RUNNING|alice|2\n", False),  # idle here, maybe working on the other node: never cancelled here
+        ("gpu|RUNNING|alice|\n", False),  # a node count the scheduler did not give: not acted on
+        ("gpu|RUNNING|alice\n", False),  # an older answer's shape
+    ],
+)
+def test_a_job_on_more_than_one_node_is_refused_not_cancelled(listed: str, cancelled: bool) -> None:
+    """Each node's exporter sees only its own GPUs: a job idle here may be busy on its other nodes.
+    The scheduler's node count (squeue %D, as the real Slurm test above answers it for a one-node
+    job) decides; only a one-node job is cancelled."""
+    ran: list[list[str]] = []
+
+    def run(argv: list[str]) -> str:
+        ran.append(argv)
+        return listed if argv[0] == "squeue" else ""
+
+    idle = IdleJobs(IdlePolicy("cancel", 60.0, 120.0, frozenset({"gpu"}), 0.05), run, "squeue", "scontrol", "scancel")
+    try:
+        idle.observe({"77": True}, 0.0)
+        idle.observe({"77": True}, 120.0)
+        idle.wait()
+    finally:
+        idle.stop()
+    assert ["squeue", "-h", "-j", "77", "-o", "%P|%T|%u|%D"] in ran
+    assert (["scancel", "77"] in ran) is cancelled
+    assert _actions(idle) == {"warned": 1, "cancelled": int(cancelled), "refused": int(not cancelled), "failed": 0}
