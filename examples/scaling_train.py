@@ -10,6 +10,11 @@ batch). With ``--strong`` the global batch is fixed and split: each rank sleeps
 ``--step-seconds / world size``. So the truth is known: the steady step time is about
 ``--step-seconds`` (weak) or ``--step-seconds / N`` (strong), plus a few milliseconds.
 
+``--comm-seconds`` adds that long to each step's all-reduce (a slower link, exposed: nothing
+overlaps it). With ``--helper`` the script hands the step timer a ``no_sync`` that skips the
+all-reduce, as a DDP model's ``model.no_sync`` does, so ``gpuledger scaling`` measures the exposed
+all-reduce time: about ``--comm-seconds`` plus gloo's own few milliseconds.
+
 ``--fail-at N`` and ``--hang-at N`` make the run at world size N fail or hang (for the tests).
 """
 
@@ -19,7 +24,8 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -33,6 +39,7 @@ def main() -> int:
     ap.add_argument("--step-seconds", type=float, default=0.05, help="compute per step of one rank's batch")
     ap.add_argument("--strong", action="store_true", help="a fixed global batch split over the ranks")
     ap.add_argument("--batch", type=int, default=16, help="per-rank batch (weak) or global batch (strong)")
+    ap.add_argument("--comm-seconds", type=float, default=0.0, help="added to each step's all-reduce")
     ap.add_argument("--fail-at", type=int, help="exit 3 at this world size, after the start-up")
     ap.add_argument("--hang-at", type=int, help="hang at this world size, after the start-up")
     ap.add_argument("--tag", default="", help="ignored: lets a test find this run's processes")
@@ -60,19 +67,30 @@ def main() -> int:
     per_rank = max(1, args.batch // world) if args.strong else args.batch
     compute = args.step_seconds / world if args.strong else args.step_seconds
     n_params = sum(p.numel() for p in model.parameters())
+    syncing = [True]
+
+    @contextmanager
+    def no_sync() -> Iterator[None]:  # what DDP's model.no_sync does: the step's gradients stay local
+        syncing[0] = False
+        try:
+            yield
+        finally:
+            syncing[0] = True
+
     loop: Iterable[int] = range(args.steps)
     if args.helper:
         from gpuledger.steptimer import steps
 
-        loop = steps(range(args.steps), samples_per_step=per_rank, grad_bytes=4 * n_params)
+        loop = steps(range(args.steps), samples_per_step=per_rank, grad_bytes=4 * n_params, no_sync=no_sync)
     for _ in loop:
         x = torch.randn(per_rank, 64, device=device)
         loss = model(x).pow(2).mean()
         opt.zero_grad()
         loss.backward()
-        if world > 1:
+        if world > 1 and syncing[0]:
             flat = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
             dist.all_reduce(flat)
+            time.sleep(args.comm_seconds)
         opt.step()
         time.sleep(compute)
         loss.item()

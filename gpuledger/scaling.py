@@ -35,6 +35,9 @@ from gpuledger import scaling_run
 from gpuledger.scaling_energy import EnergyMeter, GpuEnergy, timer_window
 from gpuledger.scaling_report import Result, Row, median_joules, median_times, table, to_json
 
+NO_SYNC_STEPS = 5
+"""Steps after the warm-up the step timer runs without the all-reduce, where the script gives it a way to."""
+
 HELP = (
     "Run your training script under torchrun at 1, 2, 4 ... GPUs and say, in money, whether more GPUs pay.",
     "gpuledger scaling --gpus 1,2 -- examples/scaling_train.py --steps {steps}",
@@ -223,8 +226,9 @@ def _measure(
                 _say(f"N={n}: run {k + 1} of {1 if mode == 'step timer' else runs_per_n} ({what}) ...")
                 meter = EnergyMeter(energy.reader_of(n)) if energy is not None else None
                 with meter or contextlib.nullcontext():
+                    window = (args.warmup, NO_SYNC_STEPS) if n > 1 else None
                     r = scaling_run.run(
-                        args.python, n, sm.substitute(script, steps) if steps else script, steps, args.timeout
+                        args.python, n, sm.substitute(script, steps) if steps else script, steps, args.timeout, window
                     )
                 taken.append(r.seconds)
                 row.runs.append({"steps": steps, "seconds": r.seconds, "joules": meter.total() if meter else None})
@@ -340,8 +344,16 @@ def _from_two_runs(row: Row, args: argparse.Namespace) -> None:
 
 def _from_timer(row: Row, r: scaling_run.Run, args: argparse.Namespace, meter: EnergyMeter | None) -> None:
     times = [[float(x) for x in rank["step_seconds"]] for rank in r.ranks]
-    row.step_seconds = sm.slowest_median(times, args.warmup)
-    window = timer_window(r.ranks[0], args.warmup) if meter is not None else None
+    split = [sm.split_no_sync(t, rank.get("no_sync")) for t, rank in zip(times, r.ranks, strict=True)]
+    parts = [p for p in split if p is not None]
+    if parts and len(parts) == len(split):  # every rank ran the window: the all-reduce time steps did not hide
+        row.step_seconds = sm.slowest_median([s for s, _ in parts], 0)
+        row.exposed_comm_seconds = max(0.0, row.step_seconds - sm.slowest_median([u for _, u in parts], 0))
+        steady_from = sm.steady_start(r.ranks[0].get("no_sync"), args.warmup)
+    else:
+        row.step_seconds = sm.slowest_median(times, args.warmup)
+        steady_from = args.warmup
+    window = timer_window(r.ranks[0], steady_from) if meter is not None else None
     if meter is not None and window is not None:
         joules = meter.between(window[0], window[1])
         row.energy_per_step = joules / window[2] if joules is not None else None

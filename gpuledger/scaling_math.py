@@ -51,6 +51,31 @@ def warmup_dropped(times: Sequence[float], warmup: int) -> list[float]:
     return list(times[drop:])
 
 
+def _window(no_sync: object) -> tuple[int, int] | None:
+    if isinstance(no_sync, list) and len(no_sync) == 2 and all(isinstance(x, int) and x >= 0 for x in no_sync):
+        return no_sync[0], no_sync[1]
+    return None
+
+
+def split_no_sync(times: Sequence[float], no_sync: object) -> tuple[list[float], list[float]] | None:
+    """A rank's steady steps with the all-reduce and without it (the step timer's ``no_sync`` window,
+    [first step, steps]), or None where it ran none or too few steps around it. Synced: the steps
+    after the window but the first (it all-reduces what the window accumulated); unsynced: the
+    window's steps but the first (it starts behind a synced step)."""
+    w = _window(no_sync)
+    if w is None:
+        return None
+    first, count = w
+    synced, unsynced = list(times[first + count + 1 :]), list(times[first + 1 : first + count])
+    return (synced, unsynced) if len(synced) >= 2 and unsynced else None
+
+
+def steady_start(no_sync: object, warmup: int) -> int:
+    """The first steady synced step: after the no_sync window and the step after it, else the warm-up."""
+    w = _window(no_sync)
+    return w[0] + w[1] + 1 if w is not None else warmup
+
+
 def slowest_median(per_rank: Sequence[Sequence[float]], warmup: int) -> float:
     """Each rank's median step time after the warm-up; the slowest rank's (the others wait for it)."""
     medians = [statistics.median(warmup_dropped(t, warmup)) for t in per_rank if t]

@@ -19,6 +19,7 @@ class Row:
     grad_bytes: int | None = None
     transport: str | None = None  # how NCCL moved the data (its own log); None: not said (gloo, CPU)
     energy_per_step: float | None = None  # joules, all N GPUs together (their energy counters)
+    exposed_comm_seconds: float | None = None  # per step: synced less unsynced (the step timer's no_sync)
     error: str = ""
     tail: list[str] = field(default_factory=list)
 
@@ -120,6 +121,8 @@ def table(res: Result) -> str:
             method += f"; medians of {res.repeat} runs each"
     else:
         method = f"step timer: each rank's median step after {res.warmup} warm-up steps, the slowest rank's"
+        if any(r.exposed_comm_seconds is not None for r in res.rows):
+            method += " (and after the steps run without the all-reduce, where it was measured)"
     example = " (example prices: set [cost] in the config)" if res.example_prices else ""
     lines = [
         f"# gpuledger scaling: {res.name} ({' '.join(res.script)})",
@@ -158,6 +161,12 @@ def table(res: Result) -> str:
             line += "".join(f"  {sec:>5.1f} ({steps:>5})" for steps, sec in median_times(r.runs))
         lines.append(line.replace(" n/a%", "  n/a"))
     lines += [f"# {v}" for v in res.verdicts()]
+    exposed = [(r.n, c, t) for r in res.rows if (c := r.exposed_comm_seconds) is not None and (t := r.step_seconds)]
+    if exposed:
+        lines.append(
+            "# exposed all-reduce (steps run without it, the step timer's no_sync): "
+            + "; ".join(f"{n} {res.unit} {c * 1e3:.1f} ms per step, {100 * c / t:.0f} %" for n, c, t in exposed)
+        )
     said = [(r.n, r.transport) for r in res.rows if r.n > 1 and r.transport]
     if said:
         lines.append("# communication (NCCL's own log): " + "; ".join(f"{n} {res.unit} {t}" for n, t in said))
@@ -213,6 +222,8 @@ def to_json(res: Result) -> dict[str, Any]:
         row["cost_per_1000_steps"] = res.cost_per_steps(r)
         row["cost_per_sample"] = res.cost_per_sample(r)
         row["energy_per_step_joules"] = r.energy_per_step
+        c = r.exposed_comm_seconds
+        row["exposed_comm_share"] = c / r.step_seconds if c is not None and r.step_seconds else None
         finish = res.to_finish(r)
         row["finish_seconds"], row["finish_cost"] = finish if finish is not None else (None, None)
     f = res.fit()

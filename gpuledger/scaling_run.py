@@ -32,7 +32,7 @@ from typing import Any
 from exporter.benchmarks.reaper import KILL_WINDOW
 from exporter.benchmarks.runner import kill_group
 from gpuledger import nccl_log
-from gpuledger.steptimer import STEP_DIR_ENV
+from gpuledger.steptimer import NO_SYNC_ENV, STEP_DIR_ENV
 
 GRACE = 5.0  # seconds between SIGTERM and SIGKILL at the timeout
 TAIL_LINES = 8
@@ -68,7 +68,11 @@ def torchrun_command(python: str, n: int, script: list[str]) -> list[str]:
     return [*head, *script]
 
 
-def run(python: str, n: int, script: list[str], steps: int | None, timeout: float) -> Run:
+def run(
+    python: str, n: int, script: list[str], steps: int | None, timeout: float, no_sync: tuple[int, int] | None = None
+) -> Run:
+    """One run at ``n`` ranks; ``no_sync``: (first step, steps) the step timer runs without the
+    all-reduce where the script gave it a way to (``gpuledger.steptimer``)."""
     out = Run(n, steps)
     with tempfile.TemporaryDirectory(prefix="gpuledger-scaling-") as tmp:
         step_dir = Path(tmp) / "steps"
@@ -77,6 +81,8 @@ def run(python: str, n: int, script: list[str], steps: int | None, timeout: floa
         env.update(GPULEDGER_SCALING_N=str(n), **{STEP_DIR_ENV: str(step_dir)})
         if steps is not None:
             env["GPULEDGER_SCALING_STEPS"] = str(steps)
+        if no_sync is not None:
+            env[NO_SYNC_ENV] = f"{no_sync[0]},{no_sync[1]}"
         reaper = [python, "-m", "exporter.benchmarks.reaper", f"--grace={GRACE}", f"--parent={os.getpid()}", "--"]
         log_path = Path(tmp) / "log"
         with open(log_path, "w") as log:
