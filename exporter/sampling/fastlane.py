@@ -178,4 +178,4 @@ def fold_stall(
         amounts[holder] = busy_s * share
     stalled = rule.holds(r.busy, r.gpm)
     counted = stalls.step(gpu.stall, stalled=stalled, dt=dt, amounts=amounts, min_seconds=rule.min_seconds)
-    stalls.credit(gpu, counted)
+    gpu.credit_stalled(counted)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -22,6 +22,7 @@ from exporter.readers import (
     ReaderUnavailable,
     XidEvent,
 )
+from exporter.sampling.stalls import GPU as STALL_GPU
 from exporter.sampling.stalls import StallRun
 from exporter.snapshot import (
     GpuCounters,
@@ -69,6 +70,17 @@ class TrackedGpu:
     last_active_at: float | None = None
     # jobs holding the GPU
     jobs: GpuJobs = field(default_factory=GpuJobs)
+
+    def credit_stalled(self, counted: Mapping[Hashable, float]) -> None:
+        """Add what a stall run counted (``stalls.step``) to the GPU's stalled counter and its jobs'
+        (caller holds the sampler lock)."""
+        c = self.counters
+        for key, v in counted.items():
+            if key == STALL_GPU:
+                c.stalled_seconds = (c.stalled_seconds or 0.0) + v
+            elif isinstance(key, JobKey) and (job := self.jobs.jobs.get(key)) is not None:
+                job.stalled_seconds = (job.stalled_seconds or 0.0) + v
+
     procs_seen: list[Process] = field(default_factory=list)
     # MIG (exporter.sampling.mig): the layout as last read (None: MIG off), each instance's counters by MIG UUID
     mig: MigLayout | None = None

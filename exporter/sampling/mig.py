@@ -153,7 +153,7 @@ def fold_stall(
         counted = stalls.step(
             runs[inst.uuid], stalled=rule.holds(g.graphics, g), dt=dt, amounts=amounts, min_seconds=rule.min_seconds
         )
-        stalls.credit(gpu, counted)
+        gpu.credit_stalled(counted)
 
 
 def processes(layout: MigLayout | None) -> list[Process] | None:

@@ -17,13 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from domain.jobs import JobKey
 from exporter.readers import GpmActivity
-
-if TYPE_CHECKING:
-    from exporter.sampling.gpu_state import TrackedGpu
 
 GPU = "gpu"
 """The key of the GPU's own amount among the jobs' in a run."""
@@ -75,16 +71,6 @@ class StallRun:
     def reset(self) -> None:
         self.seconds = 0.0
         self.pending.clear()
-
-
-def credit(gpu: TrackedGpu, counted: Mapping[Hashable, float]) -> None:
-    """Add what a run counted to the GPU's stalled counter and its jobs' (caller holds the lock)."""
-    c = gpu.counters
-    for key, v in counted.items():
-        if key == GPU:
-            c.stalled_seconds = (c.stalled_seconds or 0.0) + v
-        elif isinstance(key, JobKey) and (job := gpu.jobs.jobs.get(key)) is not None:
-            job.stalled_seconds = (job.stalled_seconds or 0.0) + v
 
 
 def step(
