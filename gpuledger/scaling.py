@@ -7,6 +7,12 @@ difference of the steps; with ``gpuledger.steptimer`` in the script each rank's 
 are used instead (one run per N). Then speedup, efficiency and cost per 1,000 steps and per
 sample from the configured cost model, a verdict per N, and a fit with a labelled prediction.
 
+Across nodes (``--nnodes M --rdzv-endpoint HOST:PORT``, the same command on every node, as srun
+runs it): every node first measures each count of ``--gpus`` on its own GPUs (standalone, all
+nodes at once), then the nodes meet in torchrun's c10d rendezvous for one run of M x the largest
+count. Each node times its own ranks (DDP's all-reduce keeps every rank's step equal) and prints
+the table; energy per step of that row is this node's GPUs' x M.
+
 Exit codes: 0 every N measured; 1 a run failed or hung at some N (the others kept, the script's
 last lines shown); 2 bad input (one line): no script, no ``{steps}`` and no step timer, more GPUs
 than there are, a bad flag or config.
@@ -23,6 +29,7 @@ import socket
 import sqlite3
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from analytics import cli as analytics_cli
@@ -30,6 +37,7 @@ from analytics.cost import CostModel, PriceRule
 from daemonkit.argcheck import writable_file
 from daemonkit.settings import ConfigError
 from domain.scaling import BENCH
+from exporter.benchmarks.runner import Rendezvous
 from gpuledger import scaling_math as sm
 from gpuledger import scaling_run
 from gpuledger.scaling_energy import EnergyMeter, GpuEnergy, timer_window
@@ -81,6 +89,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="STEPS",
         help="the training's length in steps on one GPU (epochs x steps per epoch): time and money to finish it",
     )
+    p.add_argument(
+        "--nnodes",
+        type=int,
+        default=1,
+        metavar="M",
+        help="also run across M nodes (the same command on each): M x the largest --gpus count, torchrun rendezvous",
+    )
+    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="rendezvous address (needed with --nnodes > 1)")
+    p.add_argument("--rdzv-id", default="gpuledger-scaling", help="rendezvous id, the same on every node")
     p.add_argument("--name", help="a name for this model (default: the script's)")
     p.add_argument("--json", metavar="FILE", help="write the result here")
     p.add_argument(
@@ -147,6 +164,15 @@ def check(args: argparse.Namespace, gpus: list[str]) -> tuple[list[str], list[in
         raise UsageError(f"--repeat must be at least 1 (got {args.repeat})")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be 0 or more (got {args.warmup})")
+    if args.nnodes < 1:
+        raise UsageError(f"--nnodes must be at least 1 (got {args.nnodes})")
+    if args.nnodes > 1:
+        host, _, port = (args.rdzv_endpoint or "").rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(
+                "--nnodes > 1 needs --rdzv-endpoint HOST:PORT, the same on every node"
+                + (f" (got {args.rdzv_endpoint!r})" if args.rdzv_endpoint else "")
+            )
     if args.finish is not None and args.finish < 1:
         raise UsageError(f"--finish must be a number of steps, 1 or more (got {args.finish})")
     if args.python == sys.executable and importlib.util.find_spec("torch") is None:
@@ -213,28 +239,44 @@ def _measure(
         + (f"two runs per N ({s1} and {s2} steps)" if placeholder else "one run per N (step timer)")
         + f", timeout {args.timeout:g} s per run"
     )
+    rounds: list[tuple[int, Rendezvous | None]] = [(n, None) for n in counts]
+    if args.nnodes > 1:
+        per_node = counts[-1]
+        rounds.append((per_node * args.nnodes, Rendezvous(args.nnodes, per_node, args.rdzv_endpoint, args.rdzv_id)))
+        _say(
+            f"then {per_node * args.nnodes} {res.unit} on {args.nnodes} nodes x {per_node} "
+            f"(rendezvous {args.rdzv_endpoint}, id {args.rdzv_id}): start the same command on every node"
+        )
     mode: str | None = None  # the first run that works decides: step times written, or two runs
     taken: list[float] = []
     try:
-        for i, n in enumerate(counts):
-            row = Row(n)
+        for i, (n, rdzv) in enumerate(rounds):
+            row = Row(n, nodes=rdzv.nnodes if rdzv else 1)
             res.rows.append(row)
+            label = f"N={n}" + (f" ({rdzv.nnodes} nodes x {rdzv.nproc_per_node})" if rdzv else "")
             for k, steps in enumerate([s2, s1] * args.repeat if placeholder else [None]):
                 if k == 1 and mode == "step timer":
                     break  # {steps} takes the larger count, once
                 what = f"{steps} steps" if steps is not None else "step timer"
-                _say(f"N={n}: run {k + 1} of {1 if mode == 'step timer' else runs_per_n} ({what}) ...")
-                meter = EnergyMeter(energy.reader_of(n)) if energy is not None else None
+                _say(f"{label}: run {k + 1} of {1 if mode == 'step timer' else runs_per_n} ({what}) ...")
+                local = rdzv.nproc_per_node if rdzv else n  # the ranks on this node
+                meter = EnergyMeter(energy.reader_of(local)) if energy is not None else None
                 with meter or contextlib.nullcontext():
                     window = (args.warmup, NO_SYNC_STEPS) if n > 1 else None
                     r = scaling_run.run(
-                        args.python, n, sm.substitute(script, steps) if steps else script, steps, args.timeout, window
+                        args.python,
+                        n,
+                        sm.substitute(script, steps) if steps else script,
+                        steps,
+                        args.timeout,
+                        window,
+                        replace(rdzv, run_id=f"{rdzv.run_id}-{k}") if rdzv else None,  # a rendezvous per run
                     )
                 taken.append(r.seconds)
                 row.runs.append({"steps": steps, "seconds": r.seconds, "joules": meter.total() if meter else None})
                 row.transport = r.transport or row.transport
                 if not r.ok:
-                    _failed(row, r, args.timeout)
+                    _failed(row, r, args.timeout, rdzv)
                     break
                 if mode is None:
                     mode = "step timer" if r.timed else "two runs" if placeholder else None
@@ -254,8 +296,8 @@ def _measure(
                 _from_two_runs(row, args)
             if row.status == "ok" and row.step_seconds is not None:
                 _say(
-                    f"N={n}: step {row.step_seconds * 1e3:.1f} ms"
-                    + _left(taken, len(counts) - i - 1, 1 if mode == "step timer" else runs_per_n)
+                    f"{label}: step {row.step_seconds * 1e3:.1f} ms"
+                    + _left(taken, len(rounds) - i - 1, 1 if mode == "step timer" else runs_per_n)
                 )
     except KeyboardInterrupt:
         _say("interrupted: the run's processes were ended")
@@ -312,11 +354,16 @@ def _left(taken: list[float], n_left: int, runs_per_n: int) -> str:
     return f"; about {sum(taken) / len(taken) * runs_per_n * n_left:.0f} s left"
 
 
-def _failed(row: Row, r: scaling_run.Run, timeout: float) -> None:
+def _failed(row: Row, r: scaling_run.Run, timeout: float, rdzv: Rendezvous | None) -> None:
     row.tail = r.tail
     if r.timed_out:
         row.status = "timeout"
-        row.error = f"no end within --timeout {timeout:g} s: every process of the run was ended"
+        row.error = f"no end within --timeout {timeout:g} s: every process of the run was ended" + (
+            f" (on this node; did all {rdzv.nnodes} nodes start the same command with --rdzv-endpoint "
+            f"{rdzv.endpoint} and --rdzv-id {rdzv.run_id}?)"
+            if rdzv
+            else ""
+        )
     else:
         row.status = "failed"
         code = f"exit {r.rank_exit} of a rank" if r.rank_exit is not None else f"exit {r.exit_code}"
@@ -337,7 +384,7 @@ def _from_two_runs(row: Row, args: argparse.Namespace) -> None:
     energies = median_joules(row.runs)
     if len(energies) == 2:
         (a, ja), (b, jb) = energies
-        row.energy_per_step = (jb - ja) / (b - a) if jb > ja else None
+        row.energy_per_step = (jb - ja) / (b - a) * row.nodes if jb > ja else None  # this node's x nodes
     if args.samples_per_step:
         row.samples_per_step = args.samples_per_step * (row.n if args.scaling == "weak" else 1)
 
@@ -356,10 +403,10 @@ def _from_timer(row: Row, r: scaling_run.Run, args: argparse.Namespace, meter: E
     window = timer_window(r.ranks[0], steady_from) if meter is not None else None
     if meter is not None and window is not None:
         joules = meter.between(window[0], window[1])
-        row.energy_per_step = joules / window[2] if joules is not None else None
-    samples = [rank.get("samples_per_step") for rank in r.ranks]
+        row.energy_per_step = joules / window[2] * row.nodes if joules is not None else None  # this node's x nodes
+    samples = [rank.get("samples_per_step") for rank in r.ranks]  # this node's ranks
     if samples and all(isinstance(s, int | float) and s > 0 for s in samples):
-        row.samples_per_step = float(sum(s for s in samples if s is not None))
+        row.samples_per_step = float(sum(s for s in samples if s is not None)) / len(samples) * row.n
     elif args.samples_per_step:
         row.samples_per_step = args.samples_per_step * (row.n if args.scaling == "weak" else 1)
     grads = [rank.get("grad_bytes") for rank in r.ranks]

@@ -11,7 +11,8 @@ from gpuledger import scaling_math as sm
 
 @dataclass
 class Row:
-    n: int
+    n: int  # ranks in all (GPUs, or CPU ranks)
+    nodes: int = 1  # across nodes: torchrun's rendezvous, n / nodes ranks on each
     status: str = "ok"  # ok | failed | timeout
     step_seconds: float | None = None
     samples_per_step: float | None = None  # all ranks together
@@ -160,6 +161,12 @@ def table(res: Result) -> str:
         if res.method == "two runs":
             line += "".join(f"  {sec:>5.1f} ({steps:>5})" for steps, sec in median_times(r.runs))
         lines.append(line.replace(" n/a%", "  n/a"))
+    for r in res.rows:
+        if r.nodes > 1:
+            lines.append(
+                f"# {r.n} {res.unit}: {r.nodes} nodes x {r.n // r.nodes} (torchrun's rendezvous), timed on this "
+                "node's ranks" + ("" if res.energy else f", energy this node's GPUs' x {r.nodes}")
+            )
     lines += [f"# {v}" for v in res.verdicts()]
     exposed = [(r.n, c, t) for r in res.rows if (c := r.exposed_comm_seconds) is not None and (t := r.step_seconds)]
     if exposed:

@@ -1,7 +1,8 @@
 """One run of the user's script under torchrun, for ``gpuledger scaling`` (torch-free: torch runs
 in the children only).
 
-The run is ``python -m torch.distributed.run --standalone --nproc-per-node N SCRIPT ARGS`` under
+The run is ``python -m torch.distributed.run --standalone --nproc-per-node N SCRIPT ARGS`` (across
+nodes: ``--nnodes M --rdzv-backend c10d --rdzv-endpoint ...``, N / M ranks here) under
 ``exporter.benchmarks.reaper`` in a session of its own, as a benchmark round is: torchrun puts
 each worker in a session of its own, and the reaper, a subreaper, keeps them all in its tree. At
 the timeout the reaper gets SIGTERM and ends every process of the run (SIGTERM, a grace period,
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.benchmarks.reaper import KILL_WINDOW
-from exporter.benchmarks.runner import kill_group
+from exporter.benchmarks.runner import Rendezvous, kill_group
 from gpuledger import nccl_log
 from gpuledger.steptimer import NO_SYNC_ENV, STEP_DIR_ENV
 
@@ -60,19 +61,38 @@ class Run:
         return any(r.get("step_seconds") for r in self.ranks)
 
 
-def torchrun_command(python: str, n: int, script: list[str]) -> list[str]:
-    """``script`` is a path and its arguments, or ``-m module`` and its arguments."""
+def torchrun_command(python: str, n: int, script: list[str], rdzv: Rendezvous | None = None) -> list[str]:
+    """``script`` is a path and its arguments, or ``-m module`` and its arguments; ``n`` ranks on
+    this node alone, or ``rdzv``'s nodes x ranks per node."""
     head = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}"]
+    if rdzv is not None:
+        head = [
+            python,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={rdzv.nnodes}",
+            f"--nproc-per-node={rdzv.nproc_per_node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv.endpoint}",
+            f"--rdzv-id={rdzv.run_id}",
+        ]
     if script[:1] == ["-m"]:
         return [*head, "-m", *script[1:]]
     return [*head, *script]
 
 
 def run(
-    python: str, n: int, script: list[str], steps: int | None, timeout: float, no_sync: tuple[int, int] | None = None
+    python: str,
+    n: int,
+    script: list[str],
+    steps: int | None,
+    timeout: float,
+    no_sync: tuple[int, int] | None = None,
+    rdzv: Rendezvous | None = None,
 ) -> Run:
-    """One run at ``n`` ranks; ``no_sync``: (first step, steps) the step timer runs without the
-    all-reduce where the script gave it a way to (``gpuledger.steptimer``)."""
+    """One run at ``n`` ranks in all; ``no_sync``: (first step, steps) the step timer runs without
+    the all-reduce where the script gave it a way to (``gpuledger.steptimer``); ``rdzv``: across
+    nodes (this node runs its share; its step files are its own ranks')."""
     out = Run(n, steps)
     with tempfile.TemporaryDirectory(prefix="gpuledger-scaling-") as tmp:
         step_dir = Path(tmp) / "steps"
@@ -88,7 +108,7 @@ def run(
         with open(log_path, "w") as log:
             t0 = time.monotonic()
             proc = subprocess.Popen(
-                [*reaper, *torchrun_command(python, n, script)],
+                [*reaper, *torchrun_command(python, n, script, rdzv)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -4,12 +4,12 @@ one N, a rank hanging past --timeout."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.support.processes import processes_with
 from tests.support.scaling import rows_of, run_scaling
 
 
@@ -33,18 +33,6 @@ def test_a_script_failing_at_one_n_keeps_the_others(tmp_path: Path) -> None:
     assert "ChildFailedError" not in r.stderr  # torchrun's own report is not the script's last lines
 
 
-def _processes_with(tag: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if tag.encode() in cmdline:
-            found.append(int(pid))
-    return found
-
-
 @pytest.mark.integration
 def test_a_hang_is_ended_with_every_process_of_the_run(tmp_path: Path) -> None:
     tag = f"hang-{uuid.uuid4().hex}"
@@ -56,4 +44,4 @@ def test_a_hang_is_ended_with_every_process_of_the_run(tmp_path: Path) -> None:
     assert rows[1]["status"] == "ok"
     assert rows[2]["status"] == "timeout"
     assert "N=2: no end within --timeout 15 s: every process of the run was ended" in r.stderr
-    assert _processes_with(tag) == []  # torchrun and both ranks (each in a session of its own) are gone
+    assert processes_with(tag) == []  # torchrun and both ranks (each in a session of its own) are gone

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support.http import free_port, http_get
 from tests.support.paths import REPO
@@ -73,3 +74,16 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 30) 
         cwd=REPO,
         timeout=timeout,
     )
+
+
+def processes_with(tag: str) -> list[int]:
+    """The processes whose command line holds ``tag`` (a test's marker argument)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if tag.encode() in cmdline:
+            found.append(int(pid))
+    return found
