@@ -302,6 +302,10 @@ def _measure(
     except KeyboardInterrupt:
         _say("interrupted: the run's processes were ended")
         return 130
+    res.here = len(gpus) or (os.cpu_count() or 1)
+    grads = next((r.grad_bytes for r in reversed(res.rows) if r.grad_bytes and r.nodes == 1), None)
+    if args.history and grads and args.scaling == "weak":
+        res.sweeps = _sweeps(Path(args.history), "nccl" if gpus else "gloo", grads)
     print(table(res), flush=True)
     if args.json:
         try:
@@ -346,6 +350,37 @@ def _record(path: Path, res: Result, seconds: float, backend: str) -> bool:
         return False
     _say(f"recorded in {path} as {res.name!r}: the weekly report's multi-GPU section shows it")
     return True
+
+
+def _sweeps(path: Path, backend: str, grad_bytes: int) -> list[tuple[int, float]]:
+    """(world size, bus bandwidth at ``grad_bytes``) of the newest good all-reduce sweep of each
+    world size in the history (the exporter's rounds, ``gpuledger bench``), for the communication
+    model's prediction; none where the file has none or cannot be read (said in one line)."""
+    from exporter import history
+    from exporter.benchmarks.results import allreduce_from
+
+    if not path.exists():
+        return []
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            records = history.bench_records(db)
+        finally:
+            db.close()
+    except sqlite3.Error as e:
+        _say(f"--history: no all-reduce sweep read from {path} ({e}): the prediction uses your own runs")
+        return []
+    newest: dict[int, float] = {}
+    for rec in records:  # time order: a later sweep of the same world size wins
+        if rec.bench != "allreduce" or rec.result != "ok" or rec.backend != backend or rec.data is None:
+            continue
+        try:
+            busbw = allreduce_from(rec.data).busbw_at(grad_bytes)
+        except ValueError:
+            continue
+        if busbw:
+            newest[rec.world_size] = busbw
+    return sorted(newest.items())
 
 
 def _left(taken: list[float], n_left: int, runs_per_n: int) -> str:

@@ -165,6 +165,37 @@ def fit(scaling: Scaling, points: Sequence[tuple[int, float]]) -> Fit | None:
     return None if f is None else Fit("Gustafson", f, next_n, gustafson_speedup(f, next_n))
 
 
+def bus_factor(n: int) -> float:
+    """The bytes each rank sends in a ring all-reduce, per byte reduced: 2(n − 1)/n (nccl-tests' busbw factor)."""
+    return 2.0 * (n - 1) / n
+
+
+@dataclass(frozen=True)
+class CommPrediction:
+    """Weak scaling's communication model: a step at ``n`` is the compute of one rank's batch plus
+    the all-reduce of the gradients that the steps do not hide, ``grad_bytes x 2(n − 1)/n / busbw``."""
+
+    n: int
+    predicted_speedup: float
+    busbw: float  # bytes per second
+    source: str  # where the bus bandwidth came from
+    nodes: int = 1
+
+    @property
+    def predicted_efficiency(self) -> float:
+        return self.predicted_speedup / self.n
+
+
+def comm_speedup(n: int, t1: float, compute: float, grad_bytes: float, busbw: float) -> float:
+    """Weak scaling: N ranks do N one-rank batches in ``compute`` plus the exposed all-reduce."""
+    return n * t1 / (compute + grad_bytes * bus_factor(n) / busbw)
+
+
+def exposed_busbw(n: int, grad_bytes: float, exposed_seconds: float) -> float | None:
+    """The bus bandwidth the exposed all-reduce at ``n`` amounts to; None where nothing was exposed."""
+    return grad_bytes * bus_factor(n) / exposed_seconds if n > 1 and exposed_seconds > 0 else None
+
+
 def _percent(x: float) -> str:
     return f"{x * 100:.0f} %"
 

@@ -41,6 +41,8 @@ class Result:
     repeat: int = 1
     rows: list[Row] = field(default_factory=list)
     finish_steps: int | None = None  # the training's length, in steps at one GPU (--finish)
+    here: int = 0  # GPUs (or cores) on this node: an all-reduce sweep of more ranks ran across nodes
+    sweeps: list[tuple[int, float]] = field(default_factory=list)  # (world size, busbw B/s at the gradients' size)
 
     def baseline(self) -> Row | None:
         return next((r for r in self.rows if r.n == 1 and r.step_seconds), None)
@@ -86,7 +88,47 @@ class Result:
             c1, cn = (self.cost_per_sample(b), self.cost_per_sample(r)) if b is not None else (None, None)
             if c1 and cn:
                 ratio = cn / c1
-            out.append(sm.verdict(r.n, s, self.unit, self.price_per_gpu_hour, self.currency, per, ratio))
+            sentence = sm.verdict(r.n, s, self.unit, self.price_per_gpu_hour, self.currency, per, ratio)
+            prev = next((p for p in reversed(self.rows[: self.rows.index(r)]) if p.n > 1 and self.speedup(p)), None)
+            sp = self.speedup(prev) if prev is not None else None
+            if prev is not None and sp:
+                sentence += f"; against {prev.n}: {s / sp:.2f}x as fast for {r.n / prev.n:g}x the {self.unit}"
+                cp, cr = self.cost_per_sample(prev), self.cost_per_sample(r)
+                if cp and cr:
+                    sentence += f", {_more_or_less(cr / cp)} {per}"
+            out.append(sentence)
+        return out
+
+    def comm_predictions(self) -> list[sm.CommPrediction]:
+        """Weak scaling with the gradients' size known: the next doubling of the largest one-node N,
+        and two nodes where an all-reduce sweep across nodes is in the history (and no row ran there)."""
+        b = self.baseline()
+        rows = [r for r in self.rows if r.n > 1 and r.nodes == 1 and r.step_seconds and r.grad_bytes]
+        if self.scaling != "weak" or b is None or b.step_seconds is None or not rows:
+            return []
+        r = rows[-1]
+        assert r.step_seconds is not None and r.grad_bytes is not None
+        exposed = r.exposed_comm_seconds
+        compute = r.step_seconds - exposed if exposed is not None else b.step_seconds
+        within = [(w, bw) for w, bw in self.sweeps if w <= self.here]
+        across = [(w, bw) for w, bw in self.sweeps if w > self.here]
+        out = []
+        busbw: float | None
+        if within:
+            busbw, source = within[-1][1], f"the all-reduce sweep at {within[-1][0]} {self.unit} in the history"
+        else:
+            busbw = sm.exposed_busbw(r.n, r.grad_bytes, exposed or 0.0)
+            source = f"your exposed all-reduce at {r.n} {self.unit}"
+        if busbw:
+            n = 2 * r.n
+            out.append(
+                sm.CommPrediction(n, sm.comm_speedup(n, b.step_seconds, compute, r.grad_bytes, busbw), busbw, source)
+            )
+        if across and not any(x.nodes > 1 for x in self.rows):
+            w, bw = across[-1]
+            n = 2 * r.n
+            speed = sm.comm_speedup(n, b.step_seconds, compute, r.grad_bytes, bw)
+            out.append(sm.CommPrediction(n, speed, bw, f"the all-reduce sweep at {w} {self.unit} across nodes", 2))
         return out
 
     def fit(self) -> sm.Fit | None:
@@ -96,6 +138,12 @@ class Result:
     @property
     def ok(self) -> bool:
         return all(r.status == "ok" for r in self.rows)
+
+
+def _more_or_less(ratio: float) -> str:
+    if abs(ratio - 1) < 0.005:
+        return "the same"
+    return f"{abs(ratio - 1) * 100:.0f} % {'more' if ratio > 1 else 'less'}"
 
 
 def _f(x: float | None, fmt: str) -> str:
@@ -190,13 +238,30 @@ def table(res: Result) -> str:
             + "; ".join(f"{r.n} {res.unit} {_duration(sec)}, {cost:,.2f} {cur}" for r, (sec, cost) in done)
         )
     f = res.fit()
-    if f is not None:
+    comm = res.comm_predictions()
+    for p in comm:
+        where = f"{p.n} {res.unit}" + (f" on {p.nodes} nodes" if p.nodes > 1 else "")
+        lines.append(
+            f"# prediction (communication model: {_size(res)} of gradients x 2(N-1)/N at {_rate(p.busbw)}, "
+            f"{p.source}): {where}: {p.predicted_speedup:.2f}x ({p.predicted_efficiency * 100:.0f} % efficiency)"
+            " — a prediction, not a measurement"
+        )
+    if f is not None and not comm:
         lines.append(
             f"# prediction ({f.law} fit, serial fraction {f.serial_fraction * 100:.1f} %): "
             f"{f.next_n} {res.unit}: {f.predicted_speedup:.2f}x ({f.predicted_efficiency * 100:.0f} % efficiency)"
             " — a prediction, not a measurement"
         )
     return "\n".join(lines)
+
+
+def _size(res: Result) -> str:
+    grads = next((r.grad_bytes for r in reversed(res.rows) if r.grad_bytes and r.nodes == 1), 0)
+    return f"{grads / 2**20:.3g} MiB" if grads >= 2**20 else f"{grads / 2**10:.3g} KiB"
+
+
+def _rate(bytes_per_second: float) -> str:
+    return f"{bytes_per_second / 1e9:.3g} GB/s" if bytes_per_second >= 1e9 else f"{bytes_per_second / 1e6:.3g} MB/s"
 
 
 def median_times(runs: list[dict[str, Any]]) -> list[tuple[int, float]]:
@@ -236,4 +301,7 @@ def to_json(res: Result) -> dict[str, Any]:
     f = res.fit()
     doc["verdicts"] = res.verdicts()
     doc["prediction"] = None if f is None else {**asdict(f), "predicted_efficiency": f.predicted_efficiency}
+    doc["comm_predictions"] = [
+        {**asdict(c), "predicted_efficiency": c.predicted_efficiency} for c in res.comm_predictions()
+    ]
     return doc

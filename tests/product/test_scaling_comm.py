@@ -76,3 +76,9 @@ def test_the_exposed_all_reduce_is_the_examples_known_delay(tmp_path: Path) -> N
     assert 0.035 < two["exposed_comm_seconds"] < 0.06, two
     assert 0.35 < two["exposed_comm_share"] < 0.65, two
     assert "# exposed all-reduce (steps run without it" in r.stdout and "2 ranks" in r.stdout
+    # the communication model: at 4 ranks the ring sends 1.5x the bytes per rank at the bandwidth seen
+    [p] = doc["comm_predictions"]
+    assert p["n"] == 4 and p["source"] == "your exposed all-reduce at 2 ranks"
+    compute, exposed = two["step_seconds"] - two["exposed_comm_seconds"], two["exposed_comm_seconds"]
+    assert p["predicted_speedup"] == pytest.approx(4 * rows[1]["step_seconds"] / (compute + 1.5 * exposed))
+    assert "# prediction (communication model: " in r.stdout and "Gustafson" not in r.stdout
