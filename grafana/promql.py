@@ -55,6 +55,20 @@ def share(name: str, window: str = RATE) -> str:
     return per_gpu(f"{rate(counter(name), window)} / {rate(counter('sampled'), window)}")
 
 
+WEEK_BUCKETS = "604799s"  # a week of 5-minute rollup buckets, the one stamped exactly 7 days ago left out
+
+
+def rolled(name: str, window: str = WEEK_BUCKETS) -> str:
+    """Per GPU: a counter's growth over ``window``, summed from its 5-minute rollup
+    (``gpuledger:gpu_<name>:increase5m``): a week is 2,016 buckets, not a week of raw samples."""
+    return f"sum_over_time({sel(f'gpuledger:gpu_{name}:increase5m')}[{window}])"
+
+
+def rolled_share(name: str, window: str = WEEK_BUCKETS) -> str:
+    """``share`` from the rollups: the buckets of ``name`` seconds over those of sampled seconds."""
+    return per_gpu(f"{rolled(f'{name}_seconds', window)} / {rolled('sampled_seconds', window)}")
+
+
 def pooled_share(name: str, by: str = "", window: str = RATE) -> str:
     """The share over all selected GPUs (or per ``by``): summed rates, then the ratio, so each GPU
     weighs by its sampled time."""

@@ -9,10 +9,8 @@ from __future__ import annotations
 from grafana.layout import Dashboard
 from grafana.model import EFFICIENCY, NEUTRAL, PROBLEM, UTILISATION, Q, steps
 from grafana.panels import Col, bargauge, stat, table, timeseries
-from grafana.promql import increase, per_gpu, share
+from grafana.promql import per_gpu, rolled, rolled_share
 
-WEEK = "7d"
-ENERGY = "gpuledger_gpu_energy_joules_total"
 PER_USEFUL = "gpuledger_report_cost_per_useful_gpu_hour"
 
 W = 'window="$window"'
@@ -233,21 +231,22 @@ def add_live(d: Dashboard) -> None:
     d.add(
         table(
             "GPUs over the last 7 days (live)",
-            "Straight from the exporters' counters over the last 7 days, "
-            "per GPU: the figures the report aggregates, without waiting for it. Shares of sampled time; "
+            "The exporters' counters over the last 7 days, per GPU, from their 5-minute rollups "
+            "(gpuledger-rollups.yml: a week of buckets, not of raw samples; up to 5 minutes behind): the "
+            "figures the report aggregates, without waiting for it. Shares of sampled time; "
             "energy from NVML's counter (PUE not applied).",
             [
-                Col("utilisation", share("busy", WEEK), "percentunit", gauge=True, thresholds=UTILISATION),
-                Col("SM activity", share("sm_active", WEEK), "percentunit", thresholds=UTILISATION),
+                Col("utilisation", rolled_share("busy"), "percentunit", gauge=True, thresholds=UTILISATION),
+                Col("SM activity", rolled_share("sm_active"), "percentunit", thresholds=UTILISATION),
                 Col(
                     "allocated but idle",
-                    share("allocated_idle", WEEK),
+                    rolled_share("allocated_idle"),
                     "percentunit",
                     thresholds=steps("green", (0.1, "orange"), (0.3, "red")),
                 ),
                 Col(
                     "energy",
-                    f"sum by (hostname, gpu, model, uuid) ({per_gpu(increase(ENERGY, WEEK))}) / 3.6e6",
+                    f"sum by (hostname, gpu, model, uuid) ({per_gpu(rolled('energy_joules'))}) / 3.6e6",
                     "kwatth",
                 ),
             ],

@@ -5,6 +5,7 @@ variables and panel queries evaluated against it as Grafana would."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from analytics import synthetic, synthetic_om
+from domain.week import Window
 from grafana.model import DATASOURCE_UID
 from tests.support.dashboard_data import backfill_day, history_fleet, missing_states, write_extras
 from tests.support.grafana_vars import RANGE_S, builtins, regex_value, seconds, substitute
@@ -22,6 +24,7 @@ from tests.support.http import free_port, http_get
 from tests.support.paths import REPO
 from tests.support.processes import ExporterProcess
 from tests.support.prometheus import PrometheusServer
+from tests.support.rollups import BUCKET, backfill_rollups
 from tests.support.wait import wait_until
 
 Json = dict[str, Any]
@@ -182,6 +185,19 @@ def live_stack(tmp: Path) -> Iterator[Stack]:
         # the rolling figures, then the budgets' month-to-date figures (the same refresh, after them)
         ready = wait_until(lambda: b"gpuledger_budget_spent{" in http_get(f"http://127.0.0.1:{port}/metrics")[2], 60)
         assert ready, (tmp / "analytics.log").read_text()
+        # the day's 5-minute rollups (the 1-day and 7-day panels read them), backfilled as
+        # docs/alerts.md says: promtool against a Prometheus holding the day, the blocks moved in
+        pre = tmp / "rollups"
+        pre.mkdir()
+        first = PrometheusServer.backfilled(pre, om)
+        try:
+            blocks = backfill_rollups(first.url, Window(day.window.start, day.window.end - BUCKET, "day", "UTC"), pre)
+        finally:
+            first.stop()
+        (tmp / "data").mkdir(exist_ok=True)
+        for block in blocks.iterdir():
+            if block.is_dir():
+                shutil.move(str(block), tmp / "data" / block.name)
         prom = PrometheusServer.backfilled(
             tmp,
             om,
