@@ -2,7 +2,8 @@
 
 A week of N GPUs is written straight as the rollup rules' series (``gpuledger:*:increase5m``,
 5-minute buckets stamped on the clock's 5 minutes, as vmalert writes them and as a backfill with
-``promtool tsdb create-blocks-from rules`` leaves them): per GPU its ``gpuledger_gpu_info`` and
+``promtool tsdb create-blocks-from rules`` leaves them): per GPU its ``gpuledger_gpu_info`` (and the
+identity rule's 5-minute record of it) and
 six counters' buckets; per job and GPU its four counters' buckets (sampled, busy, energy,
 charged) and its ``gpuledger_job_info``; per cluster and partition the queue and job-outcome
 series of ``bench/report_scale.py`` (raw, every 5 minutes). The raw week is not written: at
@@ -54,7 +55,7 @@ BUCKET = 300
 PER_DAY = DAY // BUCKET
 GRACE_BUCKETS = 2
 HOUR = 3600
-DATA = "rollups-5m-1h-pairs-v3"  # in the cache folder's name: change it whenever the data changes
+DATA = "rollups-5m-1h-pairs-v4"  # in the cache folder's name: change it whenever the data changes
 GPU_COUNTERS = (
     *("sampled_seconds", "busy_seconds", "sm_active_seconds", "allocated_seconds"),
     *("allocated_idle_seconds", "energy_joules"),
@@ -128,13 +129,15 @@ def write_day(args: tuple[int, int, int, int, str, int]) -> int:
             base = f'{target},gpu="{index}",uuid="{uuid}"'
             info = f'gpuledger_gpu_info{{{base},model="NVIDIA H200",hostname="{host}",driver_version="580.159.04"}} '
             out.write(_lines(info, info_ts, [1.0] * len(info_ts)))
+            ident = f'gpuledger:gpu_info:last_over_time5m{{instance="{host}:10044",gpu="{index}",uuid="{uuid}",'
+            out.write(_lines(f'{ident}hostname="{host}",model="NVIDIA H200"}} ', stamps, [1.0] * len(stamps)))
             inc, sl, running = buckets(g, k0 - pre, k1, slot, start)
             for name in GPU_COUNTERS:
                 out.write(_lines(f"gpuledger:gpu_{name}:increase5m{{{base}}} ", stamps, inc[name][pre:].tolist()))
                 hts, hvs = hourly(all_stamps, inc[name], lo, hi)
                 out.write(_lines(f"gpuledger:gpu_{name}:increase1h{{{base}}} ", hts, hvs))
                 count += len(hts)
-            count += (1 + len(GPU_COUNTERS)) * len(stamps)
+            count += (2 + len(GPU_COUNTERS)) * len(stamps)
             # each job of the day: its buckets, then two of grace (flat counters: growth 0)
             for s in np.unique(sl).tolist():
                 if not running[sl == s].any():

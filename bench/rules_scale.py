@@ -15,11 +15,11 @@ evaluation time against its interval, and the heaviest rule; and Prometheus' pea
 
 ``--raw-hours H`` (for fleets whose raw week will not fit: 10,000 GPUs): the raw series for the last
 H hours only, and the 7 days before them as the rollup rules' series (bench/rollup_scale.py's
-5-minute and hourly buckets, with the GPUs' info every 5 minutes). The groups that read raw samples
-over an hour or less (the rollups, the 1-hour group, the alerts) and the 7-day group (it reads the
-5-minute buckets) then see what they would see live; the 1-day group (``rate(...[1d])`` on raw
-counters) and the identity group (7 days of raw ``gpuledger_gpu_info``) see less than a live
-Prometheus would give them, so their times are lower bounds.
+5-minute and hourly buckets, with the GPUs' info and the identity rule's 5-minute record of it
+every 5 minutes). The groups that read raw samples over an hour or less (the rollups, the 1-hour
+group, the alerts) then see what they would see live; the 1-day, 7-day and identity groups read
+the 5-minute buckets and records, of which the last H hours are missing (the running Prometheus
+writes those itself from its start): their times are a little under what they would be live.
 
 Backfilling takes about 1.5, 4.5 and 17 minutes on 2 cores (bench/report_scale.py); the TSDB is
 only useful while its newest samples are fresh, so it is not reused (--keep keeps it to inspect).
