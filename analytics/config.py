@@ -35,6 +35,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110's token
+OWN_HEADERS = {"authorization", "user-agent", "host", "content-length", "content-type", "accept-encoding"}
+
+
 class PrometheusSettings(_Section):
     url: str = Field(
         "http://localhost:9090",
@@ -45,6 +49,12 @@ class PrometheusSettings(_Section):
     bearer_token_file: Path | None = Field(None, description="read the bearer token from this file")
     username: str | None = Field(None, description="basic auth user")
     password: SecretStr | None = Field(None, description="basic auth password")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="more HTTP headers sent with every query: a tenant for Mimir or Cortex "
+        '(headers = {"X-Scope-OrgID" = "team-a"}) or a proxy\'s; not Authorization or User-Agent '
+        "(bearer_token, username and password set those)",
+    )
     verify_tls: bool = Field(True, description="check the server's certificate")
     ca_file: Path | None = Field(None, description="CA bundle for the server's certificate")
     timeout: float = Field(30.0, gt=0, description="seconds per query")
@@ -108,6 +118,18 @@ class PrometheusSettings(_Section):
     def _cluster_label(cls, v: str) -> str:
         if v and not LABEL_NAME.fullmatch(v):
             raise ValueError(f"{v!r} is not a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)")
+        return v
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not HEADER_NAME.fullmatch(name):
+                raise ValueError(f"{name[:40]!r} is not an HTTP header name")
+            if name.lower() in OWN_HEADERS:
+                raise ValueError(f"{name} is gpuledger's own (bearer_token, username and password set Authorization)")
+            if not value.isascii() or not all(c.isprintable() for c in value):
+                raise ValueError(f"{name}: a value of printable ASCII, without line breaks or control characters")
         return v
 
     @model_validator(mode="before")

@@ -96,7 +96,7 @@ class PromAPI:
         """``transport``: instead of the network (tests); ``clock``: monotonic seconds, for the deadline."""
         self.s = s
         self._clock = clock
-        headers = {"User-Agent": "gpuledger-analytics"}
+        headers = {**s.headers, "User-Agent": "gpuledger-analytics"}  # a tenant (X-Scope-OrgID), a proxy's
         token = s.bearer_token.get_secret_value() if s.bearer_token else None
         if s.bearer_token_file is not None:
             try:

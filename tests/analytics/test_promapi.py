@@ -3,8 +3,10 @@ auth (its own web config), and the bearer token as a header."""
 
 from __future__ import annotations
 
+import json
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import closing
@@ -113,3 +115,43 @@ def test_long_queries_are_posted(tmp_path: Path) -> None:
     api.query("up", 0)
     api.query('up{uuid=~"' + "|".join(f"GPU-{i:036d}" for i in range(1024)) + '"}', 0)
     assert methods == ["GET", "POST"]
+
+
+def test_extra_headers_go_with_every_query_a_tenant_for_mimir() -> None:
+    seen: list[tuple[str | None, str | None]] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append((request.headers.get("X-Scope-OrgID"), request.headers.get("User-Agent")))
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
+
+    s = PrometheusSettings(url="http://mimir.invalid/prometheus", headers={"X-Scope-OrgID": "team-a|team-b"})
+    api = PromAPI(s, transport=httpx.MockTransport(server))
+    api.query("up", 0)
+    api.query('up{uuid=~"' + "|".join(f"GPU-{i:036d}" for i in range(1024)) + '"}', 0)  # POSTed: the same
+    assert seen == [("team-a|team-b", "gpuledger-analytics")] * 2
+
+
+@pytest.mark.parametrize(
+    ("headers", "said"),
+    [
+        ({"X Scope": "a"}, "is not an HTTP header name"),
+        ({"": "a"}, "is not an HTTP header name"),
+        ({"Authorization": "Bearer x"}, "gpuledger's own"),
+        ({"user-agent": "me"}, "gpuledger's own"),
+        ({"X-Scope-OrgID": "a\r\nX-Evil: 1"}, "without line breaks"),
+        ({"X-Scope-OrgID": "caf\u00e9"}, "printable ASCII"),
+    ],
+)
+def test_bad_headers_are_refused_naming_the_field(headers: dict[str, str], said: str, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    table = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in headers.items())  # TOML's basic strings
+    cfg.write_text(f"[prometheus]\nheaders = {{{table}}}\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuledger", "report", "--config", str(cfg), "--source", "prometheus"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    [line] = [x for x in r.stderr.splitlines() if x.strip().startswith("prometheus.headers:")]  # the field, once
+    assert said in line, r.stderr
