@@ -267,12 +267,12 @@ def test_credentials_in_the_url_are_sent_but_never_logged(
         with pytest.raises((QueryError, Exception)) as e:
             api_for(fake, max_response_bytes=2**20).query("up", 0)
         errors.append(str(e.value))
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
+    with socket.socket() as sock:  # a port nobody listens on: held, bound and not listening, while the
+        sock.bind(("127.0.0.1", 0))  # query runs, so no other test's server can take it meanwhile
         dead = sock.getsockname()[1]
-    OPEN.append(PromAPI(PrometheusSettings(url=f"http://admin:{secret}@127.0.0.1:{dead}", retries=0)))
-    with pytest.raises(Exception) as e:
-        OPEN[-1].query("up", 0)
+        OPEN.append(PromAPI(PrometheusSettings(url=f"http://admin:{secret}@127.0.0.1:{dead}", retries=0)))
+        with pytest.raises(Exception) as e:
+            OPEN[-1].query("up", 0)
     errors.append(str(e.value))
     assert any("HTTP Request" in r.getMessage() for r in caplog.records), "httpx's request log was captured"
     for text in [caplog.text, *errors]:
