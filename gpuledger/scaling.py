@@ -26,9 +26,7 @@ import importlib.util
 import json
 import os
 import socket
-import sqlite3
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,10 +34,9 @@ from analytics import cli as analytics_cli
 from analytics.cost import CostModel, PriceRule
 from daemonkit.argcheck import writable_file
 from daemonkit.settings import ConfigError
-from domain.scaling import BENCH
 from exporter.benchmarks.runner import Rendezvous
+from gpuledger import scaling_history, scaling_run
 from gpuledger import scaling_math as sm
-from gpuledger import scaling_run
 from gpuledger.scaling_energy import EnergyMeter, GpuEnergy, timer_window
 from gpuledger.scaling_report import Result, Row, median_joules, median_times, table, to_json
 
@@ -303,9 +300,9 @@ def _measure(
         _say("interrupted: the run's processes were ended")
         return 130
     res.here = len(gpus) or (os.cpu_count() or 1)
-    grads = next((r.grad_bytes for r in reversed(res.rows) if r.grad_bytes and r.nodes == 1), None)
+    backend, grads = "nccl" if gpus else "gloo", res.grad_bytes()
     if args.history and grads and args.scaling == "weak":
-        res.sweeps = _sweeps(Path(args.history), "nccl" if gpus else "gloo", grads)
+        res.sweeps = scaling_history.sweeps(Path(args.history), backend, grads, _say)
     print(table(res), flush=True)
     if args.json:
         try:
@@ -313,7 +310,7 @@ def _measure(
         except OSError as e:
             _say(f"--json: cannot write {args.json}: {e.strerror or e}")
             return 1
-    if args.history and not _record(Path(args.history), res, sum(taken), "nccl" if gpus else "gloo"):
+    if args.history and not scaling_history.record(Path(args.history), res, sum(taken), backend, _say):
         return 1
     for row in res.rows:
         if row.status != "ok":
@@ -321,66 +318,6 @@ def _measure(
             for line in row.tail:
                 print(f"  | {line}", file=sys.stderr)
     return 0 if res.ok else 1
-
-
-def _record(path: Path, res: Result, seconds: float, backend: str) -> bool:
-    """Append the result to the history's benchmark records (bench ``scaling``, the --json document
-    as data), as the exporter's benchmark rounds are; the history says why when it cannot."""
-    from exporter import history
-    from exporter.benchmarks.records import BenchRecord
-
-    record = BenchRecord(
-        time.time(),
-        BENCH,
-        "ok" if res.ok else "failed",
-        seconds,
-        backend,
-        max((r.n for r in res.rows), default=1),
-        json.dumps(to_json(res)),
-    )
-    try:
-        db = history.connect(path)
-        try:
-            with history.transaction(db):
-                history.insert_bench(db, [record])
-        finally:
-            db.close()
-    except (history.HistoryError, sqlite3.Error) as e:
-        _say(f"--history: cannot record the result in {path}: {e}")
-        return False
-    _say(f"recorded in {path} as {res.name!r}: the weekly report's multi-GPU section shows it")
-    return True
-
-
-def _sweeps(path: Path, backend: str, grad_bytes: int) -> list[tuple[int, float]]:
-    """(world size, bus bandwidth at ``grad_bytes``) of the newest good all-reduce sweep of each
-    world size in the history (the exporter's rounds, ``gpuledger bench``), for the communication
-    model's prediction; none where the file has none or cannot be read (said in one line)."""
-    from exporter import history
-    from exporter.benchmarks.results import allreduce_from
-
-    if not path.exists():
-        return []
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            records = history.bench_records(db)
-        finally:
-            db.close()
-    except sqlite3.Error as e:
-        _say(f"--history: no all-reduce sweep read from {path} ({e}): the prediction uses your own runs")
-        return []
-    newest: dict[int, float] = {}
-    for rec in records:  # time order: a later sweep of the same world size wins
-        if rec.bench != "allreduce" or rec.result != "ok" or rec.backend != backend or rec.data is None:
-            continue
-        try:
-            busbw = allreduce_from(rec.data).busbw_at(grad_bytes)
-        except ValueError:
-            continue
-        if busbw:
-            newest[rec.world_size] = busbw
-    return sorted(newest.items())
 
 
 def _left(taken: list[float], n_left: int, runs_per_n: int) -> str:

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from exporter.benchmarks.results import bus_factor as bus_factor  # the ring all-reduce's 2(n - 1)/n
+
 PLACEHOLDER = "{steps}"
 SECONDS_PER_HOUR = 3600.0
 
@@ -163,11 +165,6 @@ def fit(scaling: Scaling, points: Sequence[tuple[int, float]]) -> Fit | None:
         return None if f is None else Fit("Amdahl", f, next_n, amdahl_speedup(f, next_n))
     f = gustafson_fraction(points)
     return None if f is None else Fit("Gustafson", f, next_n, gustafson_speedup(f, next_n))
-
-
-def bus_factor(n: int) -> float:
-    """The bytes each rank sends in a ring all-reduce, per byte reduced: 2(n − 1)/n (nccl-tests' busbw factor)."""
-    return 2.0 * (n - 1) / n
 
 
 @dataclass(frozen=True)

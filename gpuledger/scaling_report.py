@@ -99,6 +99,10 @@ class Result:
             out.append(sentence)
         return out
 
+    def grad_bytes(self) -> int | None:
+        """The gradients' size the step timer reported, from the largest one-node N that has it."""
+        return next((r.grad_bytes for r in reversed(self.rows) if r.grad_bytes and r.nodes == 1), None)
+
     def comm_predictions(self) -> list[sm.CommPrediction]:
         """Weak scaling with the gradients' size known: the next doubling of the largest one-node N,
         and two nodes where an all-reduce sweep across nodes is in the history (and no row ran there)."""
@@ -256,7 +260,7 @@ def table(res: Result) -> str:
 
 
 def _size(res: Result) -> str:
-    grads = next((r.grad_bytes for r in reversed(res.rows) if r.grad_bytes and r.nodes == 1), 0)
+    grads = res.grad_bytes() or 0
     return f"{grads / 2**20:.3g} MiB" if grads >= 2**20 else f"{grads / 2**10:.3g} KiB"
 
 

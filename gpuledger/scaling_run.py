@@ -64,18 +64,8 @@ class Run:
 def torchrun_command(python: str, n: int, script: list[str], rdzv: Rendezvous | None = None) -> list[str]:
     """``script`` is a path and its arguments, or ``-m module`` and its arguments; ``n`` ranks on
     this node alone, or ``rdzv``'s nodes x ranks per node."""
-    head = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}"]
-    if rdzv is not None:
-        head = [
-            python,
-            "-m",
-            "torch.distributed.run",
-            f"--nnodes={rdzv.nnodes}",
-            f"--nproc-per-node={rdzv.nproc_per_node}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={rdzv.endpoint}",
-            f"--rdzv-id={rdzv.run_id}",
-        ]
+    where = rdzv.torchrun_args() if rdzv is not None else ["--standalone", f"--nproc-per-node={n}"]
+    head = [python, "-m", "torch.distributed.run", *where]
     if script[:1] == ["-m"]:
         return [*head, "-m", *script[1:]]
     return [*head, *script]

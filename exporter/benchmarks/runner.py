@@ -45,6 +45,16 @@ class Rendezvous:
     endpoint: str
     run_id: str = "gpuledger-bench"
 
+    def torchrun_args(self) -> list[str]:
+        """torchrun's flags for this node's share of the run (before the script)."""
+        return [
+            f"--nnodes={self.nnodes}",
+            f"--nproc-per-node={self.nproc_per_node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={self.endpoint}",
+            f"--rdzv-id={self.run_id}",
+        ]
+
 
 @dataclass
 class Outcome:
@@ -81,11 +91,7 @@ class BenchRunner:
             self.python,
             "-m",
             "torch.distributed.run",
-            f"--nnodes={rdzv.nnodes}",
-            f"--nproc-per-node={rdzv.nproc_per_node}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={rdzv.endpoint}",
-            f"--rdzv-id={rdzv.run_id}",
+            *rdzv.torchrun_args(),
             "-m",
             "exporter.benchmarks.worker",
             "--plan",

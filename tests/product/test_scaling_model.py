@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from exporter import history
 from exporter.benchmarks.records import BenchRecord
 from exporter.benchmarks.results import AllreduceResult, allreduce_row, plain
-from gpuledger import scaling
+from gpuledger import scaling, scaling_history
 from gpuledger import scaling_math as sm
 from gpuledger.scaling_report import Result, Row, table, to_json
 
@@ -127,12 +127,12 @@ def test_the_sweeps_are_read_from_the_history_newest_first(tmp_path: Path, capsy
         history.insert_bench(db, [_record(2, 1e9), _record(2, 3e9), _record(4, 2e9), _record(2, 9e9, "nccl"),
                                   _record(2, 7e9, result="failed")])  # fmt: skip
     db.close()
-    sweeps = scaling._sweeps(path, "gloo", GRADS)
+    sweeps = scaling_history.sweeps(path, "gloo", GRADS, scaling._say)
     assert [w for w, _ in sweeps] == [2, 4]
     assert sweeps[0][1] == pytest.approx(3e9) and sweeps[1][1] == pytest.approx(2e9)  # the later of world 2
-    assert scaling._sweeps(tmp_path / "none.sqlite", "gloo", GRADS) == []
+    assert scaling_history.sweeps(tmp_path / "none.sqlite", "gloo", GRADS, scaling._say) == []
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"not a database, a page of text " * 200)
-    assert scaling._sweeps(bad, "gloo", GRADS) == []
+    assert scaling_history.sweeps(bad, "gloo", GRADS, scaling._say) == []
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "--history: no all-reduce sweep read from" in err
