@@ -51,7 +51,7 @@ CONFIGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def week(gpus: int, jobs: int, seed: int = 14) -> WeekData:
+def week(gpus: int, jobs: int, seed: int = 14, users: int = 300) -> WeekData:
     rng = random.Random(seed)
     gs = tuple(
         GpuWeek(
@@ -77,7 +77,7 @@ def week(gpus: int, jobs: int, seed: int = 14) -> WeekData:
         pod = k % 3 == 0
         key = JobKey(
             "" if pod else str(100000 + k),
-            "" if pod else f"user{k % 300}",
+            "" if pod else f"user{k % users}",
             f"train-{k}" if pod else "",
             f"ns{k % 12}" if pod else "",
         )

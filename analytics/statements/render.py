@@ -10,7 +10,10 @@ import hashlib
 import io
 import re
 import zoneinfo
+from functools import cache
 from pathlib import Path
+
+import jinja2
 
 from analytics.report.csvio import neutralise
 from analytics.report.html import TEMPLATES
@@ -128,24 +131,26 @@ _HTML = """{% extends "base.html" %}
 def to_html(st: Statement) -> str:
     """Self-contained like the report: the shared base (inline CSS, a CSP that forbids scripts
     and loads), every value escaped by the template."""
-    return (
-        environment(TEMPLATES)
-        .from_string(_HTML)
-        .render(
-            generator="gpuledger statement",
-            page_title=title(st),
-            period=_period(st),
-            reasons="; ".join(st.incomplete_reasons) if not st.complete else "",
-            summary=summary(st),
-            advice=st.advice,
-            headers=HEADERS,
-            rows=[_cells(x, st.currency) for x in st.jobs],
-            numeric=NUMERIC,
-            notes=st.notes,
-            dash=DASH,
-            currency=st.currency,
-        )
+    return _html_template().render(
+        generator="gpuledger statement",
+        page_title=title(st),
+        period=_period(st),
+        reasons="; ".join(st.incomplete_reasons) if not st.complete else "",
+        summary=summary(st),
+        advice=st.advice,
+        headers=HEADERS,
+        rows=[_cells(x, st.currency) for x in st.jobs],
+        numeric=NUMERIC,
+        notes=st.notes,
+        dash=DASH,
+        currency=st.currency,
     )
+
+
+@cache
+def _html_template() -> jinja2.Template:
+    """Compiled once: a month's statements are thousands of pages of one template."""
+    return environment(TEMPLATES).from_string(_HTML)
 
 
 def to_markdown(st: Statement) -> str:

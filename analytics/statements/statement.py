@@ -10,6 +10,7 @@ import datetime as dt
 import re
 import zoneinfo
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from analytics.config import FullSettings
@@ -156,43 +157,91 @@ def statement_of(
     states: dict[str, str] | None,
 ) -> Statement:
     """The statement from a window's job figures and its report (one read serves many groups)."""
-    rows = {r.key: r for r in report.group("job")}
-    mine: dict[str, JobWeek] = {}
-    partitions: dict[str, str] = {}
     g = by(grouping)
+    mine = _Group()
     for j in jobs:
         if g.of_job(j) == key:
-            k = job_key(j)
-            mine.setdefault(k, j)
-            partitions[k] = partitions.get(k) or j.partition
-    lines = []
+            mine.add(j)
+    return _Shared(report, states).statement(grouping, key, mine)
 
-    def worst_waste_first(kv: tuple[str, JobWeek]) -> tuple[float, float, str]:
-        """The jobs whose hours were least useful, by what those hours cost (idle cost), then cost."""
-        r = rows.get(kv[0])
-        return (-r.idle_cost, -r.total_cost, kv[0]) if r is not None else (0.0, 0.0, kv[0])
 
-    for k, j in sorted(mine.items(), key=worst_waste_first):
-        if k not in rows:
-            continue
-        state = (states or {}).get(j.job.job_id, "") if j.job.job_id else ""
-        lines.append(JobLine(k, j.job.user or UNKNOWN_USER, partitions[k], state, rows[k]))
-    notes = list(report.window_notes())
-    if states is None:
-        notes.append("failed-job cost not known: this source does not record each job's final state")
-    return Statement(
-        grouping=grouping,
-        key=key,
-        window=Window(report.start, report.end, report.week, report.timezone),
-        currency=report.currency,
-        source=report.source,
-        complete=report.complete,
-        incomplete_reasons=list(report.incomplete_reasons),
-        jobs=lines,
-        totals=totals(lines, states is not None),
-        advice=advice(lines, efficiencies(report)),
-        notes=notes,
-    )
+def statements_of(
+    jobs: tuple[JobWeek, ...], report: Report, grouping: str, states: dict[str, str] | None
+) -> Iterator[Statement]:
+    """Every key's statement (``keys`` order) from one pass over the jobs, each yielded as it is
+    made: a month of 100,000 jobs is written statement by statement, never held all at once, and
+    costs one pass, not one per key (``bench/statements_scale.py``)."""
+    g = by(grouping)
+    groups: dict[str, _Group] = {}
+    for j in jobs:
+        k = g.of_job(j)
+        if (mine := groups.get(k)) is None:
+            mine = groups[k] = _Group()
+        mine.add(j)
+    if set(groups) <= {g.none}:
+        return  # no job has the attribute: no statements, as keys() says
+    shared = _Shared(report, states)
+    for key in sorted(groups):
+        yield shared.statement(grouping, key, groups.pop(key))
+
+
+class _Group:
+    """One key's jobs: each job's first figures and its first partition named."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, JobWeek] = {}
+        self.partitions: dict[str, str] = {}
+
+    def add(self, j: JobWeek) -> None:
+        k = job_key(j)
+        self.jobs.setdefault(k, j)
+        self.partitions[k] = self.partitions.get(k) or j.partition
+
+
+class _Shared:
+    """What every statement of one window reads from its report, computed once."""
+
+    def __init__(self, report: Report, states: dict[str, str] | None) -> None:
+        self.report = report
+        self.states = states
+        self.rows = {r.key: r for r in report.group("job")}
+        self.notes = list(report.window_notes())
+        if states is None:
+            self.notes.append("failed-job cost not known: this source does not record each job's final state")
+        self.eff = efficiencies(report)
+
+    def statement(self, grouping: str, key: str, mine: _Group) -> Statement:
+        rows, states, report = self.rows, self.states or {}, self.report
+
+        def worst_waste_first(kv: tuple[str, JobWeek]) -> tuple[float, float, str]:
+            """The jobs whose hours were least useful, by what those hours cost (idle cost), then cost."""
+            r = rows.get(kv[0])
+            return (-r.idle_cost, -r.total_cost, kv[0]) if r is not None else (0.0, 0.0, kv[0])
+
+        lines = [
+            JobLine(
+                k,
+                j.job.user or UNKNOWN_USER,
+                mine.partitions[k],
+                states.get(j.job.job_id, "") if j.job.job_id else "",
+                rows[k],
+            )
+            for k, j in sorted(mine.jobs.items(), key=worst_waste_first)
+            if k in rows
+        ]
+        return Statement(
+            grouping=grouping,
+            key=key,
+            window=Window(report.start, report.end, report.week, report.timezone),
+            currency=report.currency,
+            source=report.source,
+            complete=report.complete,
+            incomplete_reasons=list(report.incomplete_reasons),
+            jobs=lines,
+            totals=totals(lines, self.states is not None),
+            advice=advice(lines, self.eff),
+            notes=list(self.notes),
+        )
 
 
 def keys(jobs: tuple[JobWeek, ...], grouping: str) -> list[str]:

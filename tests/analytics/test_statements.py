@@ -10,6 +10,8 @@ import zoneinfo
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analytics.config import FullSettings
 from analytics.cost import CostModel
@@ -21,7 +23,7 @@ from analytics.statements import render
 from analytics.statements.advice import efficiencies, scaling_advice
 from analytics.statements.job import job_figures, verdict
 from analytics.statements.read import read
-from analytics.statements.statement import month, previous_month, statement, statement_of
+from analytics.statements.statement import keys, month, previous_month, statement, statement_of, statements_of
 from analytics.synthetic import Fleet
 from domain.jobs import JobKey
 from domain.states import FAILED
@@ -203,6 +205,57 @@ def test_account_statement_from_week_data() -> None:
     assert [x.job for x in b.jobs] == ["11", "12"]
     assert [x.job for x in statement_of(data.jobs, r, "account", "(none)", None).jobs] == ["13"]
     assert statement_of(data.jobs, r, "account", "grant-z", None).totals.jobs == 0
+
+
+_NAMES = st.sampled_from(["", "ann", "bo", "(none)", "../x", "ü"])
+
+
+@st.composite
+def _jobs(draw: st.DrawFn) -> tuple[WeekData, Report]:
+    """Up to 30 job rows on 4 GPUs: Slurm jobs and pods, users, accounts and namespaces drawn from
+    a few names (empty ones too, and one that is a grouping's none key), some jobs on two GPUs,
+    some GPUs shared, a job's later rows naming another partition (a job's user and account are
+    its own on every row, as a scheduler's are)."""
+    w = Window(0, 7200, "t")
+    gpus = tuple(gpu_week(f"GPU-{i}", "h1", gpu=str(i), sampled_h=2, busy_h=1, allocated_h=2) for i in range(4))
+    users, accounts = (draw(st.lists(_NAMES, min_size=13, max_size=13)) for _ in range(2))  # one per job id
+    rows = []
+    for n in range(draw(st.integers(0, 30))):
+        pod = draw(st.booleans())
+        i = n + 13 if pod else draw(st.integers(1, 12))
+        key = JobKey("" if pod else str(i), users[i % 13], f"p{n}" if pod else "", draw(_NAMES) if pod else "")
+        held = draw(st.floats(0, 7200))
+        rows.append(
+            JobWeek(
+                f"GPU-{draw(st.integers(0, 3))}",
+                "h1",
+                key,
+                held,
+                held * draw(st.floats(0, 1)),
+                held * 300.0,
+                account=accounts[i % 13],
+                partition=draw(st.sampled_from(["", "gpu", "long"])),
+            )
+        )
+    data = WeekData(w, "t", gpus, tuple(rows))
+    return data, build(data, _cost(), now=7200)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_jobs(), st.sampled_from(["user", "account", "namespace"]), st.booleans())
+def test_statements_made_in_one_pass_are_each_keys_statement(
+    week: tuple[WeekData, Report], grouping: str, states_known: bool
+) -> None:
+    """The monthly statements come from one pass over the jobs (``statements_of``, each yielded as
+    made): the same statements, in the same order, as one ``statement_of`` per key."""
+    data, r = week
+    states = {j.job.job_id: "FAILED" for j in data.jobs[::2] if j.job.job_id} if states_known else None
+    one_pass = list(statements_of(data.jobs, r, grouping, states))
+    assert [x.key for x in one_pass] == keys(data.jobs, grouping)
+    assert one_pass == [statement_of(data.jobs, r, grouping, k, states) for k in keys(data.jobs, grouping)]
+    # every job row of the report is in exactly one statement (where the grouping has any key)
+    if one_pass:
+        assert sum(x.totals.jobs for x in one_pass) == len(r.group("job"))
 
 
 def test_a_users_jobs_come_worst_waste_first() -> None:
