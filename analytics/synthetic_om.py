@@ -4,6 +4,10 @@ timestamps in seconds, one sample per step (the scrape interval), ``# EOF`` last
 
 ``naming="gpuledger"`` writes what gpuledger's exporter would have exposed; ``naming="dcgm"``
 what dcgm-exporter would have (a utilisation gauge, SM activity, power, an energy counter in mJ).
+With ``records`` also the Slurm jobs' records (the fleet's jobs name no account: these are made up,
+the same for a seed): each node exporter's ``gpuledger_job_info`` while a job's processes ran there
+(their environment: the partition, the account for two jobs in three) and the Slurm watcher's
+``gpuledger_slurm_job_info`` (account, partition, QOS) for three jobs in four.
 """
 
 from __future__ import annotations
@@ -56,12 +60,13 @@ def _on_slice(rows: Sequence[tuple[float, ...]], share: float, sm: float) -> Cal
     return minute
 
 
-def write(f: Fleet, path: str | Path, naming: str = "gpuledger", step: int = 60) -> int:
+def write(f: Fleet, path: str | Path, naming: str = "gpuledger", step: int = 60, records: bool = False) -> int:
     """Write the fleet's week; returns the number of samples."""
     w = f.window
     n = len(next(iter(f.minutes.values())))
     times = [w.start + k * step for k in range(-1, n + 2)]  # from a scrape before to one after the week
     count = 0
+    claimed: dict[tuple[str, str], tuple[str, list[float]]] = {}  # (host, job id) -> user, the span's samples
     with open(path, "w") as out:
         for host, dev in f.devices:
             rows = f.minutes[dev.uuid]
@@ -137,6 +142,9 @@ def write(f: Fleet, path: str | Path, naming: str = "gpuledger", step: int = 60)
             for key, first, last, job_minute, share in holders:
                 jl = {**base, "job_id": key.job_id, "user": key.user}
                 span = [t for t in times if w.start + first * step <= t <= w.start + last * step + GRACE]
+                if records and key.job_id:
+                    _, seen = claimed.setdefault((host, key.job_id), (key.user, []))
+                    seen += span
                 for i, name in JOB_COUNTERS:
                     cum = [0.0]
                     for k in range(first, last):
@@ -151,10 +159,35 @@ def write(f: Fleet, path: str | Path, naming: str = "gpuledger", step: int = 60)
                     pts = ((t, cum[min(len(cum) - 1, int((t - w.start) // step) - first)]) for t in span)
                     _series(out, "gpuledger_job_gpu_link_bytes_total", {**jl, "link": link}, pts)
                     count += len(span)
+        if naming == "gpuledger" and records:
+            count += _records(out, claimed)
         if naming == "gpuledger":
             count += _queue(f, out, times)
             count += _bench(f, out, times)
         out.write("# EOF\n")
+    return count
+
+
+def _records(out: IO[str], claimed: dict[tuple[str, str], tuple[str, list[float]]]) -> int:
+    count = 0
+    jobs: dict[str, tuple[str, set[float]]] = {}
+    for (host, job), (user, span) in sorted(claimed.items()):
+        n = int(job) if job.isdigit() else len(job)
+        labels = {"instance": f"{host}:10044", "job": "gpuledger", "job_id": job, "user": user}
+        env = {"account": f"acct-{n % 3}" if n % 3 else "", "partition": "gpu", "qos": ""}
+        times = sorted(set(span))
+        _series(out, "gpuledger_job_info", labels | env, ((t, 1.0) for t in times))
+        count += len(times)
+        jobs.setdefault(job, (user, set()))[1].update(times)
+    for job, (user, times_set) in sorted(jobs.items()):
+        n = int(job) if job.isdigit() else len(job)
+        if n % 4 == 0:
+            continue  # the watcher never saw it: the claims alone name it
+        labels = {"instance": "slurmctl:10044", "job": "gpuledger", "job_id": job, "user": user}
+        rec = {"account": f"acct-{n % 3}", "partition": "gpu", "qos": "normal" if n % 2 else "high"}
+        times = sorted(times_set)
+        _series(out, "gpuledger_slurm_job_info", labels | rec, ((t, 1.0) for t in times))
+        count += len(times)
     return count
 
 

@@ -139,7 +139,9 @@ class Source(Protocol):
 
     def bench(self, w: Window) -> BenchWeek | None: ...
 
-    def job_records(self, w: Window) -> JobRecords: ...
+    def job_records(self, w: Window, gpus: GpuFigures) -> JobRecords:
+        """The Slurm jobs' records over ``w`` (``gpus``: how the GPU figures were read)."""
+        ...
 
     def pod_labels(self, w: Window, names: tuple[str, ...]) -> Mapping[PodKey, Labels] | None:
         """The chosen labels of each pod (kube-state-metrics); None where the store has none."""

@@ -88,7 +88,7 @@ class EmbeddedSource(Enriched):
         with self._reading():
             return self._bench(w)
 
-    def job_records(self, w: Window) -> JobRecords:
+    def job_records(self, w: Window, gpus: GpuFigures) -> JobRecords:
         """The finished jobs' records (slurmctld's word, read by the watcher) and what the jobs'
         environment named while they ran; one history is one cluster's, keyed by job id alone."""
         with self._reading():

@@ -79,7 +79,7 @@ def week(source: Source, w: Window, *, jobs: bool = True) -> WeekData:
 
         side = later(lambda: _Side(source, w, bool(g.gpus)))
         no_records = JobRecords()
-        records = later(lambda: part("Slurm jobs' records", lambda: source.job_records(w), no_records, problems))
+        records = later(lambda: part("Slurm jobs' records", lambda: source.job_records(w, g), no_records, problems))
         per_job = JobFigures()
         if jobs:
             per_job = source.jobs(w, g)

@@ -28,7 +28,7 @@ from analytics.config import PrometheusSettings
 from analytics.sources import counters, rollups
 from analytics.sources.base import GpuFigures, JobFigures, SourceUnavailable, Span, energy_measure, mig_busy_measure
 from analytics.sources.promapi import PromAPI, QueryError, label_value, rng
-from analytics.sources.promql import JOB_LOOKBACK_DAYS, PromQLSource
+from analytics.sources.promql import JOB_LOOKBACK_DAYS, RECORD_ROLLUPS, PromQLSource
 from domain.jobs import JobKey
 from domain.week import GpuDay, GpuWeek, JobWeek, Window, days, job_clusters
 
@@ -139,6 +139,11 @@ class PrometheusSource(PromQLSource):
         return GpuFigures(tuple(out), notes, tuple(problems), targets=targets, carry=carry)
 
     # --- jobs, queue, failures, benchmarks ---------------------------------------------
+
+    def records_rolled(self, w: Window, gpus: GpuFigures) -> bool:
+        """The GPUs were read from the rollups (the record rules are in the same file) and every
+        job record seen at the checked instants has its 5-minute record."""
+        return isinstance(gpus.carry, _Rolled) and rollups.records_cover(self.api, w, RECORD_ROLLUPS)
 
     def jobs(self, w: Window, g: GpuFigures) -> JobFigures:
         """By day, as the GPU totals (their Slurm records are joined by the enrichment step)."""

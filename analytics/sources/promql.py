@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 from analytics.config import PrometheusSettings
 from analytics.sources import kubernetes
-from analytics.sources.base import JobRecords, Labels, PodKey, QueuePart, SchedulerJob, Slurm, Span
+from analytics.sources.base import GpuFigures, JobRecords, Labels, PodKey, QueuePart, SchedulerJob, Slurm, Span
 from analytics.sources.enrich import Enriched
 from analytics.sources.promapi import PromAPI, QueryError, Series, label_value, rng
 from domain import states
@@ -166,14 +166,27 @@ class PromQLSource(Enriched):
             for (name, kind), points in sorted(by_name.items())
         )
 
-    def job_records(self, w: Window) -> JobRecords:
+    def records_rolled(self, w: Window, gpus: GpuFigures) -> bool:
+        """Whether the records' 5-minute rollups (``RECORD_ROLLUPS``) hold the window: not known
+        here (the store's own source says)."""
+        return False
+
+    def job_records(self, w: Window, gpus: GpuFigures) -> JobRecords:
         """The scheduler's records (``gpuledger_slurm_job_info``) and the claims
-        (``gpuledger_job_info``) over the window, one query each. Where records for one key
-        disagree (a job's hosts, an exporter restart, a requeue), the one naming most wins, then
-        the first in label order: the answer never depends on the order Prometheus returns."""
+        (``gpuledger_job_info``) over the window, one query each: from their 5-minute records
+        where ``records_rolled`` (and the raw series after the last), else the raw series. Where
+        records for one key disagree (a job's hosts, an exporter restart, a requeue), the one
+        naming most wins, then the first in label order: the answer never depends on the order
+        Prometheus returns."""
         cl = self.s.cluster_label
         by = ", ".join([*(x for x in (cl,) if x), "instance", *SLURM_LABELS])
-        asked = [f"max by ({by}) (last_over_time({m}[{rng(w.seconds)}]))" for m in (SCHEDULER, CLAIMS)]
+        window = rng(w.seconds)
+        if self.records_rolled(w, gpus):
+            tail = rng(RECORDS_TAIL)
+            read = [f"last_over_time({RECORD_ROLLUPS[m]}[{window}]) or last_over_time({m}[{tail}])" for m in RECORDS]
+        else:
+            read = [f"last_over_time({m}[{window}])" for m in RECORDS]
+        asked = [f"max by ({by}) ({x})" for x in read]
         scheduler_answer, claims_answer = self.api.query_many([(q, w.end) for q in asked])
         scheduler: dict[tuple[str, str], SchedulerJob] = {}
         for s in _ordered(scheduler_answer):
@@ -225,6 +238,10 @@ class PromQLSource(Enriched):
 
 SCHEDULER = "gpuledger_slurm_job_info"  # the Slurm watcher's record of each job, as slurmctld knows it
 CLAIMS = "gpuledger_job_info"  # what a job's processes named, per Slurm job and host
+RECORDS = (SCHEDULER, CLAIMS)
+# their 5-minute records (deploy/prometheus/rules/gpuledger-rollups.yml, group gpuledger-rollup-records)
+RECORD_ROLLUPS = {m: f"gpuledger:{m.removeprefix('gpuledger_')}:last_over_time5m" for m in RECORDS}
+RECORDS_TAIL = 15 * 60  # the raw records read after the last 5-minute record: a bucket, the rule's lag and more
 
 
 def _ordered(series: Sequence[Series]) -> list[Series]:

@@ -110,6 +110,27 @@ def rollups_cover(api: PromAPI, w: Window, counter: str) -> bool:
     return seen
 
 
+def records_cover(api: PromAPI, w: Window, rolled: Mapping[str, str]) -> bool:
+    """Whether each record series (a gauge: a job's info) has its 5-minute record ``rolled[raw]``
+    where the raw one has samples in the first hour of each day of ``w`` and in its last hour:
+    the records' rules ran over the window (a rule file from before them would leave the window's
+    jobs without their accounts). The records are looked for up to a bucket later than the raw
+    samples (a sample's record is stamped after it). Vacuous where no job ran at those hours, so
+    read beside the counters' check, which never is (every GPU has a series)."""
+    ends = sorted({min(d.start + HOUR, w.end) for d in days(w)} | {w.end})
+    queries = [
+        q
+        for t in ends
+        for raw, roll in rolled.items()
+        for q in (
+            (f"count(last_over_time({raw}[{rng(HOUR)}]))", t),
+            (f"count(last_over_time({roll}[{rng(HOUR)}]))", t + BUCKET),
+        )
+    ]
+    answers = api.query_many(queries)
+    return not any(raw and not roll for raw, roll in zip(answers[::2], answers[1::2], strict=True))
+
+
 def grid(api: PromAPI, w: Window, counter: str, hourly: bool = True) -> Grid:
     """Where the rollups of ``counter`` are stamped; with ``hourly``, the hourly ones too where they
     cover ``w`` (``hours_cover``)."""

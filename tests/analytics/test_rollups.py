@@ -24,6 +24,7 @@ from analytics.report.model import Report
 from analytics.sources import rollups
 from analytics.sources.promapi import PromAPI
 from analytics.sources.prometheus import DAILY, GPU_COUNTERS, HOURLY_NOTE, ROLLUP_NOTE, PrometheusSource
+from analytics.sources.promql import SCHEDULER
 from analytics.synthetic import Fleet
 from domain.week import WeekData, days, iso_week
 from tests.support.conservation import assert_conserves
@@ -128,6 +129,7 @@ def assert_same_figures(url: str, fleet: Fleet, phased: bool, note: str = ROLLUP
                 e.busy_s, abs=BUCKET
             )
     assert {(j.uuid, j.job) for j in rolled.jobs} == {(j.uuid, j.job) for j in raw.jobs}
+    assert_same_records(url, rolled, raw)
     cost = CostModel()
     a, b = build(rolled, cost), build(raw, cost)
     assert note in a.approximations and note not in b.approximations
@@ -137,6 +139,27 @@ def assert_same_figures(url: str, fleet: Fleet, phased: bool, note: str = ROLLUP
         assert dev <= (UTILISATION_PP if f in FRACTIONS else REL), (f, dev, key)
     assert_conserves(a)
     assert_conserves(b)
+
+
+def assert_same_records(url: str, rolled: WeekData, raw: WeekData) -> None:
+    """The jobs' Slurm records were read from their 5-minute records (the GPUs were read from the
+    rollups, and every record has its rollup), and give every job row the account, partition and
+    QOS the raw series give: the watcher's where it has one, else the job's claim."""
+
+    def slurm(d: WeekData) -> set[tuple[str, str, str, str, str]]:
+        return {(j.uuid, j.job.job_id, j.account, j.partition, j.qos) for j in d.jobs}
+
+    assert slurm(rolled) == slurm(raw)
+    assert {"acct-0", "acct-1", "acct-2", ""} <= {j.account for j in raw.jobs}
+    assert {"normal", "high", ""} <= {j.qos for j in raw.jobs}  # "": only the claim named the job
+    w = iso_week(WEEK)
+    source = PrometheusSource(PrometheusSettings(url=url))
+    try:
+        assert source.records_rolled(w, source.gpus(w))
+        # a rule file from before the record rules: the records are not there, raw series are read
+        assert not rollups.records_cover(source.api, w, {SCHEDULER: "gpuledger:slurm_job_info:none"})
+    finally:
+        source.api.close()
 
 
 def assert_hours_equal_five_minutes(url: str) -> None:
@@ -217,7 +240,7 @@ def test_vmalert_evaluating_the_same_rules_gives_the_same_report(fleet: Fleet, t
     and writing the rollups back, the 5-minute file then the hourly one: the report from each level
     equals the report from the raw series."""
     om = tmp_path / "fleet.om"
-    synthetic_om.write(fleet, om)
+    synthetic_om.write(fleet, om, records=True)
     server = VictoriaMetricsServer(tmp_path)
     try:
         with om.open() as f:  # name{labels} value seconds -> ... milliseconds

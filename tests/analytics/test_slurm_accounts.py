@@ -12,7 +12,7 @@ from analytics.config import PrometheusSettings
 from analytics.cost import CostModel
 from analytics.report.build import build
 from analytics.report.model import UNALLOCATED
-from analytics.sources.base import JobRecords
+from analytics.sources.base import GpuFigures, JobRecords
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.promapi import Series
 from analytics.sources.promql import PromQLSource
@@ -353,7 +353,7 @@ class _InfoAPI:
 
 def _records(api: _InfoAPI, cluster_label: str = "") -> JobRecords:
     settings = PrometheusSettings(cluster_label=cluster_label)
-    return PromQLSource(settings, api, ()).job_records(WINDOW)  # type: ignore[arg-type]
+    return PromQLSource(settings, api, ()).job_records(WINDOW, GpuFigures(()))  # type: ignore[arg-type]
 
 
 def test_the_prometheus_source_joins_the_info_series_on_the_job() -> None:

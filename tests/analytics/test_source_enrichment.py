@@ -116,7 +116,7 @@ class _Store(Enriched):
     def bench(self, w: Window) -> None:
         self._read("bench")
 
-    def job_records(self, w: Window) -> JobRecords:
+    def job_records(self, w: Window, gpus: GpuFigures) -> JobRecords:
         self._read("records")
         return JobRecords(scheduler={("", "7"): SchedulerJob("ada", "pi-a")})
 

@@ -150,8 +150,12 @@ def test_metric_name_parser() -> None:
 
 def test_every_rollup_has_an_hourly_rollup_of_its_buckets() -> None:
     """The hourly file sums each 5-minute rollup, and only those: a counter added to one and not
-    the other would be read from the 5-minute buckets in one report and be missing in the next."""
-    five = {r["record"] for g in load(PROM / "rules" / "gpuledger-rollups.yml")["groups"] for r in g["rules"]}
+    the other would be read from the 5-minute buckets in one report and be missing in the next.
+    The jobs' records (a gauge's last value, not a counter's growth) have no hourly sum."""
+    groups5 = load(PROM / "rules" / "gpuledger-rollups.yml")["groups"]
+    five = {r["record"] for g in groups5 if g["name"] != "gpuledger-rollup-records" for r in g["rules"]}
+    records = {r["record"] for g in groups5 if g["name"] == "gpuledger-rollup-records" for r in g["rules"]}
+    assert records == {"gpuledger:slurm_job_info:last_over_time5m", "gpuledger:job_info:last_over_time5m"}
     hourly = {
         r["record"]: r["expr"] for g in load(PROM / "rules" / "gpuledger-rollups-1h.yml")["groups"] for r in g["rules"]
     }

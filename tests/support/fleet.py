@@ -25,9 +25,9 @@ def history(fleet: Fleet, folder: Path) -> Path:
     return path
 
 
-def prometheus(fleet: Fleet, folder: Path, naming: str = "gpuledger") -> PrometheusServer:
+def prometheus(fleet: Fleet, folder: Path, naming: str = "gpuledger", records: bool = False) -> PrometheusServer:
     om = folder / "fleet.om"
-    synthetic_om.write(fleet, om, naming)
+    synthetic_om.write(fleet, om, naming, records=records)
     server = PrometheusServer.backfilled(folder, om)
     om.unlink()
     return server

@@ -50,9 +50,9 @@ def backfill_rollups(url: str, w: Window, folder: Path, rules: Path = RULES, int
 
 
 def prometheus_with_rollups(fleet: Fleet, w: Window, folder: Path, hourly: bool = False) -> PrometheusServer:
-    """The fleet's raw series and their rollups over ``w`` in a Prometheus (stop it when done);
-    with ``hourly`` the hourly rollups too."""
-    server = prometheus(fleet, folder)
+    """The fleet's raw series (its jobs' Slurm records too) and their rollups over ``w`` in a
+    Prometheus (stop it when done); with ``hourly`` the hourly rollups too."""
+    server = prometheus(fleet, folder, records=True)
     try:
         blocks = backfill_rollups(server.url, w, folder)
     finally:

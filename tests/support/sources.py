@@ -37,7 +37,7 @@ class StubSource:
     def bench(self, w: Window) -> BenchWeek | None:
         return None
 
-    def job_records(self, w: Window) -> JobRecords:
+    def job_records(self, w: Window, gpus: GpuFigures) -> JobRecords:
         return JobRecords()
 
     def pod_labels(self, w: Window, names: tuple[str, ...]) -> dict[PodKey, Labels] | None:
