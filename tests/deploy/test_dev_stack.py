@@ -1,6 +1,7 @@
 """scripts/dev-stack started, inspected through Prometheus' API and stopped, with Debian's real
-Prometheus and Alertmanager against a replaying exporter and the analytics daemon; and
-docs/deploy.md naming only files that exist.
+Prometheus and Alertmanager against a replaying exporter and the analytics daemon; its
+STORE=victoriametrics variant (Debian's VictoriaMetrics, vmagent and vmalert in Prometheus' place)
+likewise; and docs/deploy.md naming only files that exist.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import yaml
 
 from tests.support.deploy_files import DEPLOY_DOC, DEV_STACK, RULES_DIR, VENV_GPULEDGER
 from tests.support.http import free_port, http_get
+from tests.support.metrics import parse_metrics
 from tests.support.paths import REPO
 from tests.support.tools import require_binary
 from tests.support.wait import wait_until
@@ -31,6 +33,9 @@ from tests.support.wait import wait_until
 # scripts/dev-stack
 
 STACK = ("alertmanager", "prometheus", "exporter", "analytics")
+# STORE=victoriametrics: VictoriaMetrics on PROMETHEUS_PORT, vmagent and vmalert on their own ports
+VM_STACK = ("alertmanager", "victoria-metrics", "vmagent", "vmalert", "exporter", "analytics")
+STACKS = {"prometheus": STACK, "victoriametrics": VM_STACK}
 
 
 def proc_alive(pid: int) -> bool:
@@ -69,25 +74,39 @@ def port_free(port: int) -> bool:
 
 
 class DevStack:
-    def __init__(self, state: Path) -> None:
+    def __init__(self, state: Path, store: str = "prometheus") -> None:
         self.state = state
+        self.names = STACKS[store]
         ports: set[int] = set()
-        while len(ports) < 4:
+        while len(ports) < len(self.names):
             ports.add(free_port())
-        self.ports = dict(zip(STACK, sorted(ports), strict=True))
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+        self.ports = dict(zip(self.names, sorted(ports), strict=True))
+        query = "prometheus" if store == "prometheus" else "victoria-metrics"  # on PROMETHEUS_PORT
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("GPULEDGER_") and k not in ("STORE", "VMAGENT_PORT", "VMALERT_PORT")
+        }
         self.env.update(
             DEV_STACK_DIR=str(state),
             VENV=str(VENV_GPULEDGER.parent.parent),  # the virtualenv running these tests
             READER="replay",
             SCRAPE_INTERVAL="1s",
+            STORE=store,
             EXPORTER_PORT=str(self.ports["exporter"]),
             ANALYTICS_PORT=str(self.ports["analytics"]),
-            PROMETHEUS_PORT=str(self.ports["prometheus"]),
+            PROMETHEUS_PORT=str(self.ports[query]),
             ALERTMANAGER_PORT=str(self.ports["alertmanager"]),
         )
+        if store == "victoriametrics":
+            self.env.update(VMAGENT_PORT=str(self.ports["vmagent"]), VMALERT_PORT=str(self.ports["vmalert"]))
         self.marker = f"DEV_STACK_DIR={state}"
-        self.prometheus = f"http://127.0.0.1:{self.ports['prometheus']}"
+        self.started = ""  # what `start` printed
+        # the Prometheus API: Prometheus', or VictoriaMetrics' in its place
+        self.prometheus = f"http://127.0.0.1:{self.ports[query]}"
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.ports[name]}"
 
     def __call__(self, *args: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -107,8 +126,9 @@ class DevStack:
             out.append(f"--- {log.relative_to(self.state)}\n{log.read_text(errors='replace')[-3000:]}")
         return "\n".join(out)
 
-    def api(self, path: str) -> Any:
-        status, _, body = http_get(self.prometheus + path, timeout=5)
+    def api(self, path: str, base: str | None = None) -> Any:
+        """The data of a Prometheus-style JSON answer (Prometheus, VictoriaMetrics, vmagent, vmalert)."""
+        status, _, body = http_get((base or self.prometheus) + path, timeout=5)
         assert status == 200, body
         doc = json.loads(body)
         assert doc["status"] == "success", doc
@@ -163,6 +183,78 @@ def rule_groups_in_repo() -> dict[tuple[str, str], int]:
         for group in yaml.safe_load(f.read_text())["groups"]:
             out[(f.name, group["name"])] = len(group["rules"])
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# scripts/dev-stack with STORE=victoriametrics: started once for the module by its first test, which
+# comes before the Prometheus variant's tests: vmalert starts each rule group at a phase of the group's
+# interval (1 minute or more here), and the first recorded series are awaited last, so that wait runs
+# while the Prometheus stack is tested. The last test stops it.
+
+
+@pytest.fixture(scope="module")
+def vm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
+    for binary in ("victoria-metrics", "vmagent", "vmalert", "prometheus-alertmanager"):
+        require_binary(binary)
+    if not VENV_GPULEDGER.exists():
+        pytest.fail(f"{VENV_GPULEDGER} missing: scripts/dev-stack runs the virtualenv running the tests")
+    stack = DevStack(tmp_path_factory.mktemp("vm-dev-stack") / "stack", store="victoriametrics")
+    try:
+        r = stack("start")
+        assert r.returncode == 0, r.stdout + r.stderr + stack.logs()
+        stack.started = r.stdout
+        yield stack
+    finally:
+        stack.cleanup()
+
+
+def query(stack: DevStack, promql: str) -> list[Any]:
+    """An instant query's result, from VictoriaMetrics' Prometheus API. It makes what it received
+    searchable first: new series take it some seconds otherwise (waits, not results, change)."""
+    status, _, body = http_get(stack.prometheus + "/internal/force_flush", timeout=10)
+    assert status == 200, body
+    data = stack.api("/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+    result: list[Any] = data["result"]
+    return result
+
+
+def duration_seconds(text: str) -> int:
+    """A Prometheus duration of one unit (1m, 5m, 1h) in seconds."""
+    m = re.fullmatch(r"(\d+)([smhd])", text)
+    assert m, text
+    return int(m[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+
+
+def vmalert_groups(stack: DevStack) -> list[Any]:
+    groups: list[Any] = stack.api("/api/v1/rules", base=stack.url("vmalert"))["groups"]
+    return groups
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_vm_dev_stack_starts_and_says_what_runs(vm_stack: DevStack) -> None:
+    out = vm_stack.started
+    assert "reader replay, store victoriametrics" in out, out
+    for name in VM_STACK:
+        assert re.search(rf"^  {re.escape(name)} +http://127\.0\.0\.1:{vm_stack.ports[name]}/", out, re.M), (name, out)
+    assert "prometheus" not in {line.split()[0] for line in out.splitlines()[1:] if line.startswith("  ")}
+    pids = vm_stack.recorded_pids()
+    assert set(pids) == set(VM_STACK), pids
+    r = vm_stack("status")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name, pid in pids.items():
+        assert f"{name}: pid {pid}, running" in r.stdout, r.stdout
+    # vmagent's scrape config is the generated prometheus.yml's jobs and targets, without what only
+    # Prometheus reads (vmagent parses it strictly)
+    prom = yaml.safe_load((vm_stack.state / "prometheus.yml").read_text())
+    scrape = yaml.safe_load((vm_stack.state / "vmagent.yml").read_text())
+    assert scrape["scrape_configs"] == prom["scrape_configs"]
+    assert scrape["global"] == {"scrape_interval": "1s"}
+    assert not {"rule_files", "alerting"} & set(scrape)
+
+
+# ---------------------------------------------------------------------------------------------
+# the Prometheus variant
 
 
 @pytest.mark.integration
@@ -306,6 +398,9 @@ def test_dev_stack_help_and_unknown_command(tmp_path: Path) -> None:
             "READER",
             "DEV_STACK_DIR",
             "SCRAPE_INTERVAL",
+            "STORE",
+            "VMAGENT_PORT",
+            "VMALERT_PORT",
         ):
             assert f"{var}=" in r.stdout, var
     # every variable the help names is one the script reads
@@ -319,11 +414,168 @@ def test_dev_stack_help_and_unknown_command(tmp_path: Path) -> None:
     assert "unknown command 'bogus'" in r.stderr and "start" in r.stderr, r.stderr
     assert not (tmp_path / "state").exists()
 
+    # an unknown store: one line naming the choices, before anything starts
+    env["STORE"] = "mimir"
+    r = run("run")
+    del env["STORE"]
+    assert r.returncode == 1 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr == "dev-stack: STORE must be prometheus or victoriametrics (got 'mimir')\n", r.stderr
+    assert not (tmp_path / "state").exists()
+
     # without a stack: status says so (3), stop is a no-op (0)
     r = run("status")
     assert r.returncode == 3 and "not running" in r.stdout, r.stdout + r.stderr
     r = run("stop")
     assert r.returncode == 0 and "not running" in r.stdout, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# the VictoriaMetrics variant, continued
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_vm_dev_stack_series_arrive_through_vmagent(vm_stack: DevStack) -> None:
+    def both_up(data: Any) -> bool:
+        return {t["labels"]["job"] for t in data["activeTargets"] if t["health"] == "up"} >= {
+            "gpuledger",
+            "gpuledger-analytics",
+        }
+
+    data = poll(
+        "vmagent scrapes both jobs",
+        lambda: vm_stack.api("/api/v1/targets", base=vm_stack.url("vmagent")),
+        both_up,
+        vm_stack,
+    )
+    urls = {t["labels"]["job"]: t["scrapeUrl"] for t in data["activeTargets"]}
+    assert urls == {
+        "gpuledger": f"{vm_stack.url('exporter')}/metrics",
+        "gpuledger-analytics": f"{vm_stack.url('analytics')}/metrics",
+    }
+    # in VictoriaMetrics, as vmagent wrote them: the 8 replayed GPUs' series of each gpuledger_gpu_* family
+    per_family = 'count by (__name__) ({__name__=~"gpuledger_gpu_.+", job="gpuledger"})'
+    result = poll(
+        "the exporter's gpuledger_gpu_* series in VictoriaMetrics",
+        lambda: query(vm_stack, per_family),
+        lambda res: (
+            {s["metric"]["__name__"] for s in res}
+            >= {"gpuledger_gpu_info", "gpuledger_gpu_sampled_seconds_total", "gpuledger_gpu_busy_seconds_total"}
+        ),
+        vm_stack,
+    )
+    counts = {s["metric"]["__name__"]: s["value"][1] for s in result}
+    assert counts["gpuledger_gpu_info"] == "8", counts
+    assert counts["gpuledger_gpu_sampled_seconds_total"] == "8", counts
+    info = query(vm_stack, 'gpuledger_gpu_info{job="gpuledger"}')
+    assert {s["metric"]["instance"] for s in info} == {f"127.0.0.1:{vm_stack.ports['exporter']}"}
+    assert {s["metric"]["gpu"] for s in info} == {str(i) for i in range(8)}
+    # and the other job's, the analytics daemon (vmagent's first scrapes may precede its start: up 0)
+    poll(
+        "the analytics daemon up in VictoriaMetrics",
+        lambda: query(vm_stack, 'up{job="gpuledger-analytics"}'),
+        lambda res: [s["value"][1] for s in res] == ["1"],
+        vm_stack,
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_vm_dev_stack_vmalert_loads_every_rule_group(vm_stack: DevStack) -> None:
+    want = rule_groups_in_repo()
+    groups = vmalert_groups(vm_stack)
+    got = {(Path(g["file"]).name, g["name"]): len(g["rules"]) for g in groups}
+    assert got == want
+    assert all(Path(g["file"]).parent == RULES_DIR for g in groups)
+    # each group keeps its own interval (SCRAPE_INTERVAL only for a group without one)
+    intervals = {g["name"]: g["interval"] for g in groups}
+    for f in sorted(RULES_DIR.glob("*.yml")):
+        for group in yaml.safe_load(f.read_text())["groups"]:
+            assert intervals[group["name"]] == duration_seconds(group.get("interval", "1s")), group["name"]
+    # VictoriaMetrics answers /api/v1/rules for vmalert (-vmalert.proxyURL), as Grafana asks a Prometheus
+    proxied = vm_stack.api("/api/v1/rules")["groups"]
+    assert {(Path(g["file"]).name, g["name"]) for g in proxied} == set(want)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_vm_dev_stack_analytics_reads_victoriametrics(vm_stack: DevStack) -> None:
+    pid = vm_stack.recorded_pids()["analytics"]
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    assert argv[argv.index("--prometheus-url") + 1] == vm_stack.prometheus  # VictoriaMetrics' port
+    analytics = vm_stack.url("analytics")
+
+    def healthz() -> Any:
+        return json.loads(http_get(analytics + "/healthz", timeout=5)[2])
+
+    health = poll("the analytics' /healthz", healthz, lambda d: d.get("status") == "ok", vm_stack)
+    assert health["source"] == "prometheus" and health["refresh_errors"] == 0, health
+    # answered by VictoriaMetrics: ok, or no_data while it holds less than the first minute
+    status, _, body = http_get(analytics + "/metrics", timeout=5)
+    assert status == 200
+    runs = parse_metrics(body.decode())["gpuledger_analytics_runs_total"]
+    refresh = {dict(k)["result"]: v for k, v in runs.items() if dict(k)["task"] == "refresh"}
+    assert refresh["error"] == 0 and refresh["ok"] + refresh["no_data"] >= 1, refresh
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(150)
+def test_vm_dev_stack_writes_recorded_series_back(vm_stack: DevStack) -> None:
+    # Every group of deploy/prometheus/rules sets its own interval (1 minute or more), and vmalert
+    # starts each group at a phase of that interval derived from the group's file and name: the
+    # first recorded series come within the shortest interval of a recording group, whatever
+    # SCRAPE_INTERVAL is.
+    groups = vmalert_groups(vm_stack)
+    shortest = min(g["interval"] for g in groups if any(r["type"] == "recording" for r in g["rules"]))
+
+    def written(groups: list[Any]) -> list[Any]:
+        return [r for g in groups for r in g["rules"] if r["type"] == "recording" and r["lastSamples"] > 0]
+
+    groups = poll(
+        "vmalert evaluates a recording rule",
+        lambda: vmalert_groups(vm_stack),
+        lambda gs: bool(written(gs)),
+        vm_stack,
+        timeout=shortest + 20,
+    )
+    errors = [(g["name"], r["name"], r["lastError"]) for g in groups for r in g["rules"] if r["lastError"]]
+    assert not errors, errors
+
+    def stored(selector: str, series: int) -> None:
+        poll(
+            f"{selector} written back to VictoriaMetrics",
+            lambda: query(vm_stack, f"count({selector})"),
+            lambda res: bool(res) and int(res[0]["value"][1]) >= series,
+            vm_stack,
+            timeout=15,
+        )
+
+    for rule in written(groups):
+        labels = ", ".join(f'{k}="{v}"' for k, v in sorted((rule.get("labels") or {}).items()))
+        stored(f"{rule['name']}{{{labels}}}", rule["lastSamples"])
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_vm_dev_stack_stop_leaves_nothing(vm_stack: DevStack) -> None:
+    runner = int((vm_stack.state / "dev-stack.pid").read_text())
+    pids = vm_stack.recorded_pids()
+    r = vm_stack("stop", timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "stopped" in r.stdout
+    everything = [runner, *pids.values()]
+    assert wait_until(lambda: not any(proc_alive(p) for p in everything), timeout=5), [
+        p for p in everything if proc_alive(p)
+    ]
+    assert processes_with_env(vm_stack.marker) == []
+    for name, port in vm_stack.ports.items():
+        assert port_free(port), f"{name}'s port {port} still in use after stop"
+    r = vm_stack("status")
+    assert r.returncode == 3 and "not running" in r.stdout, r.stdout + r.stderr
+    for name in VM_STACK:
+        assert (vm_stack.state / "logs" / f"{name}.log").is_file(), name
+    assert any((vm_stack.state / "victoria-metrics").iterdir()), "VictoriaMetrics kept no data in the state folder"
+    assert not (vm_stack.state / "ready").exists()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ DEPLOY = REPO / "deploy"
 COMPOSE_DIR = DEPLOY / "compose"
 COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
 COMPOSE_REPLAY_FILE = COMPOSE_DIR / "compose.replay.yaml"
+COMPOSE_VICTORIAMETRICS_FILE = COMPOSE_DIR / "compose.victoriametrics.yaml"
 ALERTMANAGER_CONFIG = COMPOSE_DIR / "alertmanager.yml"
 
 PROMETHEUS_DIR = DEPLOY / "prometheus"
@@ -123,20 +124,33 @@ def compose_config(*files: Path, env: Mapping[str, str] | None = None, args: tup
     return model
 
 
-# ---- the two stacks ------------------------------------------------------------------------------
+# ---- the stacks ----------------------------------------------------------------------------------
 
 SERVICES = ("exporter", "analytics", "prometheus", "alertmanager", "grafana")
 GPULEDGER_SERVICES = ("exporter", "analytics")
+# compose.victoriametrics.yaml's services in the place of prometheus
+VICTORIAMETRICS_SERVICES = ("victoriametrics", "vmagent", "vmalert")
 STACK_FILES: dict[str, tuple[Path, ...]] = {
     "gpu": (COMPOSE_FILE,),
     "replay": (COMPOSE_FILE, COMPOSE_REPLAY_FILE),
+    "victoriametrics": (COMPOSE_FILE, COMPOSE_VICTORIAMETRICS_FILE),
 }
+# the service each stack's analytics daemon and Grafana query (Prometheus' API, on 9090)
+QUERY_SERVICE = {"gpu": "prometheus", "replay": "prometheus", "victoriametrics": "victoriametrics"}
 HOST_PATHS_ALLOWED = {Path("/etc/passwd")}  # the exporter's user names (GPU stack)
 LOOPBACK = "127.0.0.1"
 
 
 def stack(name: str, env: Mapping[str, str] | None = None) -> Json:
     return compose_config(*STACK_FILES[name], env=env)
+
+
+def stack_services(name: str) -> tuple[str, ...]:
+    """The services a stack must have: SERVICES, with VictoriaMetrics, vmagent and vmalert for
+    Prometheus in the VictoriaMetrics stack."""
+    if QUERY_SERVICE[name] == "prometheus":
+        return SERVICES
+    return tuple(s for s in SERVICES if s != "prometheus") + VICTORIAMETRICS_SERVICES
 
 
 # ---- reading a service of the normalized model ---------------------------------------------------
@@ -202,6 +216,11 @@ class Port:
 
 def ports(service: Json) -> list[Port]:
     return [Port(p.get("host_ip") or None, p.get("published"), int(p["target"])) for p in service.get("ports", [])]
+
+
+def network_aliases(service: Json) -> set[str]:
+    """The other names a service answers to on the stack's networks."""
+    return {str(a) for net in (service.get("networks") or {}).values() for a in (net or {}).get("aliases") or []}
 
 
 def container_ports(service: Json) -> set[int]:
