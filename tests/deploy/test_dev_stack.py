@@ -326,19 +326,7 @@ def test_dev_stack_end_to_end(dev_stack: DevStack) -> None:
     assert dev_stack("status").returncode == 0
 
     # stop: every recorded process ends, nothing listens on the ports any more
-    r = dev_stack("stop", timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "stopped" in r.stdout
-    everything = [runner, *pids.values()]
-    assert wait_until(lambda: not any(proc_alive(p) for p in everything), timeout=5), [
-        p for p in everything if proc_alive(p)
-    ]
-    assert processes_with_env(dev_stack.marker) == []
-    for name, port in dev_stack.ports.items():
-        assert port_free(port), f"{name}'s port {port} still in use after stop"
-    r = dev_stack("status")
-    assert r.returncode == 3, r.stdout + r.stderr
-    assert "not running" in r.stdout
+    assert_stops_everything(dev_stack, [runner, *pids.values()])
     # the state folder and the logs stay
     for name in STACK:
         log = dev_stack.state / "logs" / f"{name}.log"
@@ -555,23 +543,29 @@ def test_vm_dev_stack_writes_recorded_series_back(vm_stack: DevStack) -> None:
         stored(f"{rule['name']}{{{labels}}}", rule["lastSamples"])
 
 
+def assert_stops_everything(stack: DevStack, everything: list[int]) -> None:
+    """``stop`` ends every recorded process (and the runner), nothing of the stack is left, its
+    ports are free and ``status`` says it is not running (exit 3)."""
+    r = stack("stop", timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "stopped" in r.stdout
+    assert wait_until(lambda: not any(proc_alive(p) for p in everything), timeout=5), [
+        p for p in everything if proc_alive(p)
+    ]
+    assert processes_with_env(stack.marker) == []
+    for name, port in stack.ports.items():
+        assert port_free(port), f"{name}'s port {port} still in use after stop"
+    r = stack("status")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "not running" in r.stdout
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(120)
 def test_vm_dev_stack_stop_leaves_nothing(vm_stack: DevStack) -> None:
     runner = int((vm_stack.state / "dev-stack.pid").read_text())
     pids = vm_stack.recorded_pids()
-    r = vm_stack("stop", timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "stopped" in r.stdout
-    everything = [runner, *pids.values()]
-    assert wait_until(lambda: not any(proc_alive(p) for p in everything), timeout=5), [
-        p for p in everything if proc_alive(p)
-    ]
-    assert processes_with_env(vm_stack.marker) == []
-    for name, port in vm_stack.ports.items():
-        assert port_free(port), f"{name}'s port {port} still in use after stop"
-    r = vm_stack("status")
-    assert r.returncode == 3 and "not running" in r.stdout, r.stdout + r.stderr
+    assert_stops_everything(vm_stack, [runner, *pids.values()])
     for name in VM_STACK:
         assert (vm_stack.state / "logs" / f"{name}.log").is_file(), name
     assert any((vm_stack.state / "victoria-metrics").iterdir()), "VictoriaMetrics kept no data in the state folder"
