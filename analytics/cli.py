@@ -15,6 +15,7 @@ import math
 import sys
 import time
 from collections.abc import Mapping
+from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ COMMON = {
     "min_coverage": "analytics.min_coverage",
     "listen": "analytics.listen",
     "reports_dir": "analytics.reports_dir",
+    "day_cache": "analytics.day_cache",
 }
 
 
@@ -88,6 +90,13 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-coverage", type=float, metavar="RATIO", help="below this share of data: incomplete")
     p.add_argument("--fail-incomplete", action="store_true", help="exit 3 when the report is incomplete")
     p.add_argument("--focus", action="store_true", help="also write FOCUS 1.0 CSV, one row per group x day")
+    p.add_argument(
+        "--no-day-cache",
+        dest="day_cache",
+        action="store_false",
+        default=None,
+        help="read every day from the store, not the settled days kept in <out>/.days (analytics.day_cache)",
+    )
     _common(p)
 
 
@@ -109,12 +118,17 @@ def _window(args: argparse.Namespace, s: FullSettings) -> Window:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    with ExitStack() as opened:  # the source's connections closed on every way out
+        return _run_report(args, opened)
+
+
+def _run_report(args: argparse.Namespace, opened: ExitStack) -> int:
     try:
         s = settings_from(args)
         _logging(s.log_level)
         window = _window(args, s)
         folder = writable_dir(out_dir(s), "--out" if args.out else "analytics.reports_dir")
-        source = make_source(s)
+        source = opened.enter_context(closing(make_source(s)))
         r = make_report(source, window, s)
     except ConfigError as e:
         print(f"gpuledger report: {e}", file=sys.stderr)

@@ -244,6 +244,20 @@ class AnalyticsSettings(_Section):
         description="/metrics: each grouping's top N keys by total cost get gauges; one (other) row sums the rest",
     )
 
+    day_cache: bool = Field(
+        True,
+        description="prometheus and dcgm sources: the analytics daemon keeps each settled day's GPU and job figures "
+        "in <reports_dir>/.days (read once, after a refresh), and every report holding the day (gpuledger report "
+        "into the same folder too) takes them from there, not from the store (docs/analytics.md: delete the folder "
+        "after a backfill)",
+    )
+    day_cache_settle_minutes: float = Field(
+        120.0,
+        ge=0,
+        le=10080,
+        description="a day is kept only when it ended this long ago: data that reaches the store later (remote write "
+        "or federation lag, a scrape's delay) is still counted",
+    )
     access: Literal["open", "per_user"] = Field(
         "open",
         description="who sees what the analytics daemon serves: open (everyone who passes [web] basic auth, if any, "

@@ -58,7 +58,7 @@ class Analytics:
     ) -> None:
         self.s = settings
         self.tz = settings.analytics.timezone
-        self.source = source or make_source(settings)
+        self.source = source or make_source(settings, clock)
         self.clock = clock
         self.reports_dir = out_dir(settings)
         self._reports: dict[str, rpt.Report] = {}
@@ -126,7 +126,12 @@ class Analytics:
     def tasks(self) -> list[str]:
         """The tasks this configuration runs, as gpuledger_analytics_runs_total names them."""
         s = self.s
-        wanted = {"budgets": bool(s.budgets.rules), "statements": s.statements.enabled, "focus": s.focus.enabled}
+        wanted = {
+            "budgets": bool(s.budgets.rules),
+            "statements": s.statements.enabled,
+            "focus": s.focus.enabled,
+            "days": self.source.keeps_days,
+        }
         return ["refresh", "weekly", *(t for t, on in wanted.items() if on)]
 
     @property
@@ -245,7 +250,25 @@ class Analytics:
         self._count("refresh", "ok")
         if self.s.budgets.rules:
             self.refresh_budgets(now)
+        self.keep_days(window)
         return r
+
+    def keep_days(self, window: Window) -> None:
+        """Keep the window's settled days the source has not kept yet (``analytics.daycache``: read
+        once, here, after the refresh; the next reports take them from their files). A failure is
+        logged and counted (task days); those days are read from the store until it succeeds."""
+        if not self.source.keeps_days:
+            return
+        started = time.monotonic()
+        try:
+            n = self.source.keep_days(window)
+        except (SourceUnavailable, OSError) as e:
+            log.error("day cache: %s", e)
+            self._count("days", "error")
+            return
+        self._count("days", "ok" if n else "no_data")
+        if n:
+            log.info("day cache: kept %d day(s) of %s in %.1f s", n, window.label, time.monotonic() - started)
 
     def refresh_budgets(self, now: float) -> None:
         """The budgets' figures from the month so far (analytics.budgets); a failure is logged and

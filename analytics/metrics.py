@@ -202,9 +202,10 @@ PRICE_GPU = Family(
 RUNS = Family(
     "gpuledger_analytics_runs_total",
     "counter",
-    "Report runs by task (refresh, weekly; budgets, statements, focus where configured; each from 0 at start) "
-    "and result: ok; no_data (the source answered, no GPU data in the window: nothing written); error (the "
-    "source could not answer).",
+    "Report runs by task (refresh, weekly; budgets, statements, focus where configured; days, the settled days "
+    "kept after each refresh, with a prometheus or dcgm source and analytics.day_cache; each from 0 at start) "
+    "and result: ok; no_data (the source answered, no GPU data in the window: nothing written; days: no day to "
+    "keep); error (the source could not answer).",
     ("task", "result"),
 )
 RUN_RESULTS = ("ok", "no_data", "error")

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from analytics.config import FullSettings
+from analytics.daycache import DAYS_DIR, DayCached
 from analytics.report.build import build, job_key
 from analytics.report.model import Report
 from analytics.sources import Source, SourceUnavailable
@@ -24,16 +27,38 @@ from exporter.sampling.stalls import rule_of
 log = logging.getLogger(__name__)
 
 
-def make_source(s: FullSettings) -> Source:
+def make_source(s: FullSettings, clock: Callable[[], float] = time.time) -> Source:
     """The source ``analytics.source`` names (``prometheus`` with ``prometheus.naming = "dcgm"`` is
-    the dcgm source, as the flag ``--naming dcgm`` has always said)."""
+    the dcgm source, as the flag ``--naming dcgm`` has always said); a store's settled days from
+    ``<reports_dir>/.days`` where ``analytics.day_cache`` (``analytics.daycache``; ``clock`` says
+    which days have settled)."""
     a = s.analytics
     if a.source == "embedded":
         path = a.history or s.history.path or default_history_path()
         return EmbeddedSource(path)
+    source: Source
     if a.source == "dcgm" or s.prometheus.naming == "dcgm":
-        return DcgmSource(s.prometheus, pod_labels=s.analytics.pod_labels, stall=rule_of(s.exporter))
-    return PrometheusSource(s.prometheus, hourly_energy=s.cost.hourly_energy, pod_labels=s.analytics.pod_labels)
+        source = DcgmSource(s.prometheus, pod_labels=s.analytics.pod_labels, stall=rule_of(s.exporter))
+    else:
+        source = PrometheusSource(s.prometheus, hourly_energy=s.cost.hourly_energy, pod_labels=s.analytics.pod_labels)
+    if not a.day_cache:
+        return source
+    settle = 60.0 * a.day_cache_settle_minutes
+    return DayCached(source, a.reports_dir / DAYS_DIR, _figures_key(s), settle=settle, clock=clock)
+
+
+def _figures_key(s: FullSettings) -> str:
+    """What decides a store's figures of a day: the server, the tenant (headers, hashed with the rest),
+    the naming and its settings, the cluster label, the hourly energy and the stall rule; not how it is
+    reached (credentials, timeouts, limits)."""
+    reached = {
+        "bearer_token", "bearer_token_file", "username", "password", "verify_tls", "ca_file", "timeout",
+        "connect_timeout", "retries", "deadline_seconds", "concurrency", "max_response_bytes",
+        "max_report_memory_bytes", "kube_state_metrics",
+    }  # fmt: skip
+    store = s.prometheus.model_dump(mode="json", exclude=reached)
+    stall = rule_of(s.exporter)
+    return json.dumps([store, s.cost.hourly_energy, repr(stall)], sort_keys=True)
 
 
 _gc_lock = threading.Lock()

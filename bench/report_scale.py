@@ -229,11 +229,11 @@ def write_config(work: Path, i: int, group_by: list[str] | None) -> Path | None:
     return path
 
 
-def report_once(url: str, out: Path, config: Path | None = None) -> tuple[float, float, int]:
+def report_once(url: str, out: Path, config: Path | None = None, *flags: str) -> tuple[float, float, int]:
     """(seconds, peak RSS MiB, exit code) of one ``gpuledger report`` child."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
     argv = [sys.executable, "-m", "gpuledger", "report", "--source", "prometheus", "--prometheus-url", url]
-    argv += ["--week", "2026-W47", "--out", str(out), *(["--config", str(config)] if config else [])]
+    argv += ["--week", "2026-W47", "--out", str(out), *(["--config", str(config)] if config else []), *flags]
     t0 = time.monotonic()
     p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(p.pid, 0)
@@ -282,10 +282,10 @@ def run_size(
         files = [write_config(work, i, c) for i, c in enumerate(configs)]
         prom, url = start_prometheus(work, 19090 + gpus % 1000)
         try:
-            first = report_once(url, work / "reports-warmup", files[0])
+            first = report_once(url, work / "reports-warmup", files[0], "--no-day-cache")
             runs: list[list[tuple[float, float, int]]] = [[] for _ in configs]
             for i in schedule(len(configs), repeats):
-                runs[i].append(report_once(url, work / f"reports-{i}", files[i]))
+                runs[i].append(report_once(url, work / f"reports-{i}", files[i], "--no-day-cache"))
                 print(f"  {' '.join(configs[i] or ['default'])}: {runs[i][-1][0]:.2f} s", flush=True)
             counted = [queries(url, c) for c in configs]
         finally:

@@ -19,8 +19,13 @@ twentieth of the pairs hold their GPUs idle; a day-long diurnal load.
 
 Each day is written as OpenMetrics while promtool backfills the day before; then a real
 Prometheus serves the TSDB and ``gpuledger report --source prometheus`` runs in a child process,
-one warm-up and ``--repeats`` timed (wall from spawn to exit, the child's peak RSS from wait4).
-The run fails unless the report says it read the rollups.
+each timed (wall from spawn to exit, the child's peak RSS from wait4): a warm-up and ``--repeats``
+with ``--no-day-cache`` (the week read at once, as before the day cache); then the week's days are
+kept as the daemon keeps them after a refresh (``analytics.daycache``, timed in this process), and
+``--repeats`` reports take all seven from their files, and ``--repeats`` with the last day's file
+deleted first (the daemon's Monday report: six days kept, Sunday read; then kept again, timed). The run fails
+unless the report says it read the rollups, and unless the reports from the kept days have the
+same rows and figures.
 
     python bench/rollup_scale.py [--gpus 1024,10000] [--slot-hours 8] [--repeats 3] [--cache DIR]
 
@@ -215,17 +220,36 @@ def run_size(gpus: int, days: int, slot_hours: int, repeats: int, cache: Path | 
         (work / "prometheus.yml").write_text("global: {}\n")
         prom, url = start_prometheus(work, 19290 + gpus % 1000)
         try:
-            first = report_once(url, work / "reports-warmup")
+            for old in work.glob("reports-*"):  # a run before: its kept days
+                shutil.rmtree(old)
+            kept_in = work / "reports-warmup"
+            first = report_once(url, kept_in, None, "--no-day-cache")
             runs = []
-            for i in range(repeats):
-                runs.append(report_once(url, work / f"reports-{i}"))
+            for i in range(repeats):  # the week read at once (no day kept: as before the day cache)
+                runs.append(report_once(url, work / f"reports-{i}", None, "--no-day-cache"))
                 print(f"  report {i + 1}: {runs[-1][0]:.2f} s, {runs[-1][1]:.0f} MiB", flush=True)
+            keep_s = keep_days(url, kept_in)  # what the daemon does after a refresh
+            print(f"  keeping the {days} days: {keep_s:.2f} s", flush=True)
+            warm = []
+            for i in range(repeats):  # every day from its file
+                warm.append(report_once(url, kept_in))
+                print(f"  report {i + 1}, {days} days kept: {warm[-1][0]:.2f} s, {warm[-1][1]:.0f} MiB", flush=True)
+            one_day, keep_one = [], []
+            for i in range(repeats):  # the daemon's Monday report: Sunday not settled yet, read from the store
+                max((kept_in / ".days").glob("*.json"), key=lambda p: p.name.rsplit("-", 1)[1]).unlink()
+                one_day.append(report_once(url, kept_in))
+                print(f"  report {i + 1}, {days - 1} days kept: {one_day[-1][0]:.2f} s", flush=True)
+                keep_one.append(keep_days(url, kept_in))
             n_queries, _ = queries(url)
         finally:
             prom.terminate()
             prom.wait(timeout=60)
-        if any(code != 0 for _, _, code in [first, *runs]):
-            raise RuntimeError(f"report failed: {first} {runs}")
+        if any(code != 0 for _, _, code in [first, *runs, *warm, *one_day]):
+            raise RuntimeError(f"report failed: {first} {runs} {warm} {one_day}")
+        kept = len(list((work / "reports-warmup" / ".days").glob("*.json")))
+        if kept != days:
+            raise RuntimeError(f"{kept} days kept, not {days}")
+        same_as_cold(work / "reports-0", work / "reports-warmup")
         if not read_rollups(work / "reports-0"):
             raise RuntimeError("the report did not read the rollups")
         report = json.loads(next((work / "reports-0").glob("*.json")).read_text())
@@ -248,6 +272,14 @@ def run_size(gpus: int, days: int, slot_hours: int, repeats: int, cache: Path | 
             "report_seconds_max": times[-1],
             "report_seconds": [s for s, _, _ in runs],
             "peak_rss_mib": max(r for _, r, _ in [first, *runs]),
+            "keep_days_seconds": keep_s,
+            "keep_one_day_seconds": sorted(keep_one)[len(keep_one) // 2],
+            "kept_report_seconds": [x for x, _, _ in warm],
+            "kept_report_seconds_median": sorted(x for x, _, _ in warm)[len(warm) // 2],
+            "kept_peak_rss_mib": max(r for _, r, _ in warm),
+            "six_kept_report_seconds": [x for x, _, _ in one_day],
+            "six_kept_report_seconds_median": sorted(x for x, _, _ in one_day)[len(one_day) // 2],
+            "six_kept_peak_rss_mib": max(r for _, r, _ in one_day),
             "queries": n_queries,
             "hourly": hourly,
             "rows_by_group": rows,
@@ -255,6 +287,39 @@ def run_size(gpus: int, days: int, slot_hours: int, repeats: int, cache: Path | 
     finally:
         if cache is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def keep_days(url: str, reports: Path) -> float:
+    """Keep the week's days as the analytics daemon does after a refresh (``DayCached.keep_days``
+    with the settings ``gpuledger report`` makes of its flags), in this process; its seconds."""
+    from analytics.config import FullSettings
+    from analytics.daycache import DayCached
+    from analytics.pipeline import make_source
+    from domain.week import iso_week
+
+    s = FullSettings(analytics={"source": "prometheus", "reports_dir": str(reports)}, prometheus={"url": url})
+    source = make_source(s)
+    assert isinstance(source, DayCached)
+    t0 = time.monotonic()
+    try:
+        source.keep_days(iso_week("2026-W47"))
+    finally:
+        source.close()
+    return time.monotonic() - t0
+
+
+def same_as_cold(cold: Path, kept: Path) -> None:
+    """The report from the kept days has the cold report's rows and figures (to 1e-9)."""
+    a, b = (json.loads(next(d.glob("*.json")).read_text()) for d in (cold, kept))
+    rows_a = {(r["group"], r["key"]): r for r in [*a["rows"], {**a["fleet"], "group": "fleet", "key": ""}]}
+    rows_b = {(r["group"], r["key"]): r for r in [*b["rows"], {**b["fleet"], "group": "fleet", "key": ""}]}
+    if rows_a.keys() != rows_b.keys():
+        raise RuntimeError(f"kept days: {len(rows_b)} rows, cold: {len(rows_a)}")
+    for key, ra in rows_a.items():
+        for f in ("total_cost", "busy_gpu_hours", "sampled_gpu_hours", "energy_kwh"):
+            x, y = ra.get(f), rows_b[key].get(f)
+            if (x is None) != (y is None) or (x is not None and abs(x - y) > 1e-9 * max(1.0, abs(x))):
+                raise RuntimeError(f"kept days: {key} {f} {y} != {x}")
 
 
 def main() -> None:
@@ -270,7 +335,15 @@ def main() -> None:
     head = ["GPUs", "job rows", "samples (M)", "backfill s", "TSDB MiB", "1st s", "median s", "min s", "max s"]
     print(
         table(
-            [*head, "peak RSS MiB", "queries"],
+            [
+                *head,
+                "peak RSS MiB",
+                "queries",
+                "keep 7 days s",
+                "7 kept: median s",
+                "7 kept: RSS MiB",
+                "6 kept: median s",
+            ],
             [
                 [
                     r["gpus"],
@@ -279,6 +352,10 @@ def main() -> None:
                     *(r[k] for k in ("report_seconds_median", "report_seconds_min", "report_seconds_max")),
                     r["peak_rss_mib"],
                     r["queries"],
+                    r["keep_days_seconds"],
+                    r["kept_report_seconds_median"],
+                    r["kept_peak_rss_mib"],
+                    r["six_kept_report_seconds_median"],
                 ]
                 for r in rows
             ],

@@ -268,6 +268,14 @@ class Day:
         return self.end - self.start
 
 
+def whole_day(date: str, timezone: str) -> Day:
+    """The local day ``date`` (YYYY-MM-DD) in ``timezone``, unclipped: midnight to midnight."""
+    tz = zoneinfo.ZoneInfo(timezone)
+    day = dt.date.fromisoformat(date)
+    start = dt.datetime.combine(day, dt.time(), tzinfo=tz).timestamp()
+    return Day(start, dt.datetime.combine(day + dt.timedelta(days=1), dt.time(), tzinfo=tz).timestamp(), date)
+
+
 def days(w: Window) -> list[Day]:
     """The window's local days; a DST day is 23 or 25 hours long."""
     tz = zoneinfo.ZoneInfo(w.timezone)

@@ -165,6 +165,20 @@ class Source(Protocol):
 
     def close(self) -> None: ...
 
+    keeps_days: bool  # it keeps its settled days (analytics.daycache), with keep_days
+
+    def keep_days(self, w: Window) -> int:
+        """Read and keep the settled days of ``w`` not kept yet; how many (0: it keeps none)."""
+        ...
+
+    def carry_state(self, carry: object) -> str:
+        """``GpuFigures.carry`` as a word kept with a day's figures ("": nothing to keep)."""
+        ...
+
+    def carry_from(self, state: str) -> object:
+        """The carry a kept day's word stands for."""
+        ...
+
     def week(self, window: Window, *, jobs: bool = True) -> WeekData:
         """Everything the report needs for ``window`` (``jobs=False``: without the per-job
         figures, the costliest part, as the previous week's comparison needs none). Parts that

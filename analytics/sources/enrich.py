@@ -147,10 +147,22 @@ def join_slurm(
 
 
 class Enriched:
-    """What every source's ``week`` is: its primitives through ``week`` above."""
+    """What every source's ``week`` is: its primitives through ``week`` above; and what a source
+    that keeps no days says (``analytics.daycache.DayCached`` keeps them)."""
+
+    keeps_days = False
 
     def week(self: Source, window: Window, *, jobs: bool = True) -> WeekData:
         return week(self, window, jobs=jobs)
+
+    def keep_days(self, w: Window) -> int:
+        return 0
+
+    def carry_state(self, carry: object) -> str:
+        return ""
+
+    def carry_from(self, state: str) -> object:
+        return None
 
 
 __all__ = ["Enriched", "GpuFigures", "JobFigures", "QueueWeek", "join_slurm", "part", "week"]

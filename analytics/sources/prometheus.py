@@ -138,6 +138,13 @@ class PrometheusSource(PromQLSource):
         carry = _Rolled(g.hour is not None) if rolled else None
         return GpuFigures(tuple(out), notes, tuple(problems), targets=targets, carry=carry)
 
+    def carry_state(self, carry: object) -> str:
+        """How the GPU figures were read, as a word kept with a day's figures (``analytics.daycache``)."""
+        return ("hourly" if carry.hourly else "5m") if isinstance(carry, _Rolled) else ""
+
+    def carry_from(self, state: str) -> object:
+        return _Rolled(state == "hourly") if state in ("hourly", "5m") else None
+
     # --- jobs, queue, failures, benchmarks ---------------------------------------------
 
     def records_rolled(self, w: Window, gpus: GpuFigures) -> bool:

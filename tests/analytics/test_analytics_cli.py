@@ -4,6 +4,7 @@ bad configuration named by its field."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from analytics.config import FullSettings
+from analytics.daycache import DayCached
+from analytics.pipeline import make_source
 from analytics.report import from_json
 from analytics.synthetic import Fleet
+from domain.week import iso_week
 from tests.support.fleet import WEEK, prometheus
 from tests.support.http import free_port, http_get
 from tests.support.metrics import one, parse_metrics
@@ -38,26 +43,50 @@ def test_report_from_the_embedded_history_writes_every_format(hist: Path, fleet:
 
 
 def test_report_from_a_real_prometheus_matches_the_embedded_one(hist: Path, fleet: Fleet, tmp_path: Path) -> None:
+    """Also: a report into a folder whose .days the daemon filled takes the week's days from their
+    files (the same figures, none read again or rewritten); --no-day-cache reads the store."""
     (tmp_path / "prom").mkdir()
     server = prometheus(fleet, tmp_path / "prom")
-    try:
+
+    def report(out: str, *flags: str) -> str:
         r = run_cli(
-            "report",
-            "--week",
-            WEEK,
-            "--source",
-            "prometheus",
-            "--prometheus-url",
-            server.url,
-            "--format",
-            "json,md",
-            "--out",
-            str(tmp_path / "p"),
+            *("report", "--week", WEEK, "--source", "prometheus", "--prometheus-url", server.url),
+            *("--format", "json,md", "--out", str(tmp_path / out), "--log-level", "info", *flags),
             timeout=120,
         )
+        assert r.returncode == 0, r.stderr
+        return r.stderr
+
+    try:
+        assert "days from" not in report("p")
+        names = sorted(p.name for p in (tmp_path / "p").iterdir())
+        assert names == [f"gpuledger-{WEEK}.json", f"gpuledger-{WEEK}.md"]  # a report keeps no day itself
+        cold = (tmp_path / "p" / f"gpuledger-{WEEK}.json").read_text()
+        # what the daemon does after a refresh, with the settings this command line makes
+        settings = FullSettings(
+            analytics={"source": "prometheus", "reports_dir": str(tmp_path / "p")}, prometheus={"url": server.url}
+        )
+        source = make_source(settings)
+        assert isinstance(source, DayCached) and source.keep_days(iso_week(WEEK)) == 7
+        source.close()
+        kept = {p: p.stat().st_mtime_ns for p in (tmp_path / "p" / ".days").glob("*.json")}
+        assert f"{WEEK}: 7 of 7 days from {tmp_path / 'p' / '.days'}" in report("p")
+        assert {p: p.stat().st_mtime_ns for p in (tmp_path / "p" / ".days").glob("*.json")} == kept
+        shutil.copytree(tmp_path / "p" / ".days", tmp_path / "uncached" / ".days")
+        assert "days from" not in report("uncached", "--no-day-cache")
     finally:
         server.stop()
-    assert r.returncode == 0, r.stderr
+
+    def figures(text: str) -> dict[tuple[str, str], tuple[float, float]]:
+        x = from_json(text)
+        rows = {(r.group, r.key): (r.total_cost, r.busy_gpu_hours) for r in x.rows}
+        return rows | {("fleet", ""): (x.fleet.total_cost, x.fleet.busy_gpu_hours)}
+
+    for out in ("p", "uncached"):
+        got, expected = figures((tmp_path / out / f"gpuledger-{WEEK}.json").read_text()), figures(cold)
+        assert got.keys() == expected.keys()
+        for key, value in got.items():
+            assert value == pytest.approx(expected[key], rel=1e-9), (out, key)
     e = run_cli(
         "report",
         "--week",
@@ -72,7 +101,11 @@ def test_report_from_a_real_prometheus_matches_the_embedded_one(hist: Path, flee
         str(tmp_path / "e"),
     )
     assert e.returncode == 0, e.stderr
-    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [f"gpuledger-{WEEK}.json", f"gpuledger-{WEEK}.md"]
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
+        ".days",
+        f"gpuledger-{WEEK}.json",
+        f"gpuledger-{WEEK}.md",
+    ]
     a = from_json((tmp_path / "p" / f"gpuledger-{WEEK}.json").read_text())
     b = from_json((tmp_path / "e" / f"gpuledger-{WEEK}.json").read_text())
     assert a.source == "prometheus" and a.complete

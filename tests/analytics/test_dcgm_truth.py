@@ -23,6 +23,7 @@ import pytest
 
 from analytics.config import FullSettings, PrometheusSettings
 from analytics.cost import CostModel
+from analytics.daycache import DayCached
 from analytics.report.build import build, job_key
 from analytics.sources.dcgm import DcgmSource
 from analytics.sources.dcgm.queries import CHEAP_KINDS, EXACT_KINDS
@@ -35,6 +36,7 @@ from domain.jobs import JobKey
 from domain.week import WeekData, Window, days
 from tests.support.clock import ANCHOR
 from tests.support.conservation import assert_conserves
+from tests.support.daycache import assert_same_week
 from tests.support.prometheus import PrometheusServer
 from tests.support.victoria import VictoriaMetricsServer
 
@@ -234,6 +236,21 @@ def test_history_start_and_bounded_queries(store: tuple[str, str, WeekData, int]
     n = len(days(WINDOW))
     shared = 6 + 3 + (2 + 6) + 2
     assert queries <= (len(CHEAP_KINDS) + len(EXACT_KINDS)) * n + 2 + (4 + n) + (1 + 2 * SPANS_PER_CHUNK) + shared
+
+
+def test_kept_days_give_the_window_read_at_once(store: tuple[str, str, WeekData, int], tmp_path: Path) -> None:
+    """dcgm-exporter's series kept day by day in files (analytics.daycache: the dcgm source's jobs
+    need its own reading of each day's GPUs, so a day is kept whole, GPUs and jobs together): the
+    window from the files is the window read at once."""
+    _, url, expected, _ = store
+    kept = DayCached(source(url), tmp_path, url, settle=0.0, clock=lambda: WINDOW.end)
+    try:
+        assert kept.keep_days(WINDOW) == 3
+        got = kept.week(WINDOW)
+    finally:
+        kept.close()
+    assert kept.hits == 3
+    assert_same_week(got, expected)
 
 
 def test_without_jobs(prometheus: PrometheusServer, truth: Truth) -> None:

@@ -35,6 +35,7 @@ from gpuledger.cli import main
 from tests.support.conservation import COST_COLUMNS, assert_conserves, total
 from tests.support.groupings import AFTER, ALL, WEEK, grouped_week
 from tests.support.report_pages import page_sections
+from tests.support.sources import StubSource
 
 PARTS = "cluster-and-partition"
 CLUSTER_PARTITION = Grouping(
@@ -133,8 +134,8 @@ def test_focus_writes_them_and_reports_serves_them(tmp_path: Path) -> None:
     assert not any("what no job was charged" in c["ChargeDescription"] for c in node)
 
 
-class _Source:
-    name = "fake"
+class _Source(StubSource):
+    """Never read: the statement's read is the test's."""
 
 
 @pytest.mark.usefixtures("added")
@@ -148,7 +149,7 @@ def test_statements_take_the_job_grouping(
     assert st.totals.total_cost == pytest.approx(next(x.total_cost for x in r.group(PARTS) if x.key == "east:gpu"))
     assert "cluster-and-partition east:gpu" in render.to_markdown(st)
     with pytest.raises(ValueError, match="unknown grouping 'node'; choose from user, namespace, account, " + PARTS):
-        statement(_Source(), "node", "n1", WEEK, FullSettings())  # type: ignore[arg-type]
+        statement(_Source(), "node", "n1", WEEK, FullSettings())
     assert FullSettings(statements={"by": ["user", PARTS]}).statements.by == ["user", PARTS]
     with pytest.raises(ValueError, match="unknown grouping 'node'"):
         FullSettings(statements={"by": ["node"]})  # a GPU grouping keys no job: no statement

@@ -19,6 +19,8 @@ import pytest
 from analytics import synthetic_om
 from analytics.config import PrometheusSettings
 from analytics.cost import CostModel
+from analytics.daemon import Analytics
+from analytics.daycache import DayCached
 from analytics.report.build import build
 from analytics.report.model import Report
 from analytics.sources import rollups
@@ -28,10 +30,12 @@ from analytics.sources.promql import SCHEDULER
 from analytics.synthetic import Fleet
 from domain.week import WeekData, days, iso_week
 from tests.support.conservation import assert_conserves
+from tests.support.daycache import assert_same_week
 from tests.support.fleet import WEEK, prometheus
 from tests.support.http import free_port, http_get
 from tests.support.prometheus import PrometheusServer
-from tests.support.rollups import BUCKET, HOURLY_RULES, RULES, prometheus_with_rollups
+from tests.support.rollups import BUCKET, HOURLY_RULES, RULES, add_hourly, prometheus_with_rollups
+from tests.support.settings import analytics_settings
 from tests.support.tools import require_binary
 from tests.support.victoria import VictoriaMetricsServer
 
@@ -42,20 +46,31 @@ HOURS = ("sampled_gpu_hours", "busy_gpu_hours", "useful_gpu_hours", "allocated_g
 MONEY = ("energy_cost", "hardware_cost", "idle_cost", "total_cost")
 
 
-@pytest.fixture(scope="module")
-def prom(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    """A Prometheus with the raw week and its backfilled 5-minute rollups."""
-    server = prometheus_with_rollups(fleet, iso_week(WEEK), tmp_path_factory.mktemp("rollups"))
-    yield server
-    server.stop()
+class Rolled:
+    """One Prometheus of the backfilled week: its 5-minute rollups first, the hourly ones added
+    once a test asks (``hourly``), so the week and its 5-minute rollups are backfilled once."""
+
+    def __init__(self, fleet: Fleet, folder: Path) -> None:
+        self.folder = folder
+        self.server = prometheus_with_rollups(fleet, iso_week(WEEK), folder)
+        self.has_hourly = False
+
+    def five_minute(self) -> PrometheusServer:
+        assert not self.has_hourly, "the 5-minute tests come first in this module (pytest runs them in order)"
+        return self.server
+
+    def hourly(self) -> PrometheusServer:
+        if not self.has_hourly:
+            self.server = add_hourly(self.server, iso_week(WEEK), self.folder)
+            self.has_hourly = True
+        return self.server
 
 
 @pytest.fixture(scope="module")
-def prom_hourly(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    """A Prometheus with the raw week and its backfilled 5-minute and hourly rollups."""
-    server = prometheus_with_rollups(fleet, iso_week(WEEK), tmp_path_factory.mktemp("rollups-1h"), hourly=True)
-    yield server
-    server.stop()
+def rolled(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rolled]:
+    r = Rolled(fleet, tmp_path_factory.mktemp("rollups"))
+    yield r
+    r.server.stop()
 
 
 def week(url: str, rollups: bool) -> WeekData:
@@ -218,16 +233,83 @@ def test_without_rollups_the_report_reads_raw_series(fleet: Fleet, tmp_path: Pat
 
 
 @pytest.mark.integration
-def test_the_report_from_rollups_equals_the_report_from_raw_series(prom: PrometheusServer, fleet: Fleet) -> None:
-    assert_same_figures(prom.url, fleet, phased=True)
+def test_the_report_from_rollups_equals_the_report_from_raw_series(rolled: Rolled, fleet: Fleet) -> None:
+    assert_same_figures(rolled.five_minute().url, fleet, phased=True)
 
 
 @pytest.mark.integration
-def test_the_report_from_hourly_rollups_equals_the_report_from_raw_series(
-    prom_hourly: PrometheusServer, fleet: Fleet
+def test_the_report_from_hourly_rollups_equals_the_report_from_raw_series(rolled: Rolled, fleet: Fleet) -> None:
+    url = rolled.hourly().url
+    assert_hours_equal_five_minutes(url)
+    assert_same_figures(url, fleet, phased=True, note=HOURLY_NOTE)
+
+
+@pytest.mark.integration
+def test_a_week_of_kept_days_is_the_week_read_at_once(rolled: Rolled, tmp_path: Path) -> None:
+    """From the hourly rollups, and from the raw series (the day cache keeps each day as it was read)."""
+    url = rolled.hourly().url
+    assert_kept_days_give_the_same_week(url, tmp_path / "rolled")
+    assert_kept_days_give_the_same_week(url, tmp_path / "raw", rollups=False)
+
+
+def assert_kept_days_give_the_same_week(url: str, folder: Path, *, rollups: bool = True) -> None:
+    """The week from its days kept in files (analytics.daycache: each day read alone, with its
+    jobs) is the week read at once; with the hours of the tariff, and the Slurm records read as the
+    days were (from the record rollups where the days came from the rollups)."""
+    w = iso_week(WEEK)
+
+    def source() -> PrometheusSource:
+        return PrometheusSource(PrometheusSettings(url=url), rollups=rollups, hourly_energy=True)
+
+    at_once = source()
+    try:
+        expected = at_once.week(w)
+    finally:
+        at_once.close()
+    kept = DayCached(source(), folder, url, settle=3600.0, clock=lambda: w.end + 3600.0)
+    try:
+        assert kept.keep_days(w) == 7
+        got = kept.week(w)
+        assert kept.hits == 7
+        carry = kept.gpus(w).carry
+    finally:
+        kept.close()
+    assert source().carry_state(getattr(carry, "inner", None)) == ("hourly" if rollups else "")
+    assert_same_week(got, expected, day=BUCKET)
+    if rollups:
+        assert_same_records(url, got, expected)
+
+
+@pytest.mark.integration
+def test_the_daemon_keeps_the_settled_days_after_a_refresh_and_its_weekly_report_reads_them(
+    rolled: Rolled, tmp_path: Path
 ) -> None:
-    assert_hours_equal_five_minutes(prom_hourly.url)
-    assert_same_figures(prom_hourly.url, fleet, phased=True, note=HOURLY_NOTE)
+    """Three hours after the week: the rolling refresh reads the store, then keeps the six whole
+    days of its 7 days that have settled (two hours); Monday's report of the week takes them from
+    their files and reads only its first day, and gives the week read at once."""
+    w = iso_week(WEEK)
+    url = rolled.hourly().url
+    s = analytics_settings(analytics={"source": "prometheus", "reports_dir": tmp_path / "r"}, prometheus={"url": url})
+    a = Analytics(s, clock=lambda: w.end + 3 * 3600.0)
+    a.server.server_close()  # not served: the tasks are called here
+    try:
+        assert a.refresh() is not None
+        assert len(list((tmp_path / "r" / ".days").glob("*.json"))) == 6
+        assert a.run_state()[0][("days", "ok")] == 1 and "days" in a.tasks()
+        assert isinstance(a.source, DayCached) and a.source.hits == 0
+        assert a.weekly(w)
+        assert a.source.hits == 6
+        assert a.refresh() is not None and a.run_state()[0][("days", "no_data")] == 1  # nothing new to keep
+    finally:
+        a.source.close()
+    from_days = a.reports()["week"]
+    at_once = PrometheusSource(s.prometheus)
+    try:
+        expected = build(at_once.week(w), s.cost, previous=None, now=w.end + 3 * 3600.0)
+    finally:
+        at_once.close()
+    worst = deviations(from_days, expected)
+    assert all(dev <= 1e-9 for dev, _ in worst.values()), worst
 
 
 def _rfc3339(t: float) -> str:
@@ -253,6 +335,7 @@ def test_vmalert_evaluating_the_same_rules_gives_the_same_report(fleet: Fleet, t
         replay(server, HOURLY_RULES)
         assert_hours_equal_five_minutes(server.url)
         assert_same_figures(server.url, fleet, phased=False, note=HOURLY_NOTE)
+        assert_kept_days_give_the_same_week(server.url, tmp_path / "days")
     finally:
         server.stop()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from analytics.config import FullSettings
+from analytics.daycache import DayCached
 from analytics.pipeline import make_source
 from analytics.sources.base import (
     GpuFigures,
@@ -21,6 +22,7 @@ from analytics.sources.base import (
     PodKey,
     QueuePart,
     SchedulerJob,
+    Source,
 )
 from analytics.sources.dcgm import DcgmSource
 from analytics.sources.embedded import EmbeddedSource
@@ -155,12 +157,22 @@ def test_a_job_s_records_that_fail_leave_it_unjoined_and_say_so() -> None:
     assert any("without a user" in a for a in data.approximations)
 
 
+def _store_source(s: FullSettings) -> Source:
+    """What ``make_source`` reads the store with: inside the day cache (on by default), or bare."""
+    source = make_source(s)
+    assert isinstance(source, DayCached) and source.folder == s.analytics.reports_dir / ".days"
+    bare = make_source(s.model_copy(update={"analytics": s.analytics.model_copy(update={"day_cache": False})}))
+    assert type(bare) is type(source.inner)
+    return source.inner
+
+
 def test_analytics_source_chooses_the_source(tmp_path: Path) -> None:
     url = {"url": "http://127.0.0.1:1"}
-    assert isinstance(make_source(FullSettings(analytics={"source": "dcgm"}, prometheus=url)), DcgmSource)
+    assert isinstance(_store_source(FullSettings(analytics={"source": "dcgm"}, prometheus=url)), DcgmSource)
     naming = FullSettings(analytics={"source": "prometheus"}, prometheus=url | {"naming": "dcgm"})
-    assert isinstance(make_source(naming), DcgmSource)  # --naming dcgm keeps working
-    assert isinstance(make_source(FullSettings(analytics={"source": "prometheus"}, prometheus=url)), PrometheusSource)
+    assert isinstance(_store_source(naming), DcgmSource)  # --naming dcgm keeps working
+    plain = FullSettings(analytics={"source": "prometheus"}, prometheus=url)
+    assert isinstance(_store_source(plain), PrometheusSource)
     hist = tmp_path / "h.db"
     from exporter import history
 
@@ -170,7 +182,7 @@ def test_analytics_source_chooses_the_source(tmp_path: Path) -> None:
     source.close()
 
 
-SOURCE_CLASSES = {"PrometheusSource", "DcgmSource", "EmbeddedSource", "PromQLSource", "PromAPI"}
+SOURCE_CLASSES = {"PrometheusSource", "DcgmSource", "EmbeddedSource", "PromQLSource", "PromAPI", "DayCached"}
 
 
 def test_nothing_outside_the_sources_asks_a_source_s_type() -> None:

@@ -49,18 +49,21 @@ def backfill_rollups(url: str, w: Window, folder: Path, rules: Path = RULES, int
     return out
 
 
-def prometheus_with_rollups(fleet: Fleet, w: Window, folder: Path, hourly: bool = False) -> PrometheusServer:
-    """The fleet's raw series (its jobs' Slurm records too) and their rollups over ``w`` in a
-    Prometheus (stop it when done); with ``hourly`` the hourly rollups too."""
+def prometheus_with_rollups(fleet: Fleet, w: Window, folder: Path) -> PrometheusServer:
+    """The fleet's raw series (its jobs' Slurm records too) and their 5-minute rollups over ``w``
+    in a Prometheus (stop it when done; ``add_hourly`` adds the hourly ones)."""
     server = prometheus(fleet, folder, records=True)
     try:
         blocks = backfill_rollups(server.url, w, folder)
     finally:
         server.stop()
     _load(blocks, folder)
-    server = PrometheusServer(folder, retention="10y")
-    if not hourly:
-        return server
+    return PrometheusServer(folder, retention="10y")
+
+
+def add_hourly(server: PrometheusServer, w: Window, folder: Path) -> PrometheusServer:
+    """The same data with the hourly rollups over ``w`` backfilled too (a second pass: they read the
+    5-minute rules' series); ``server`` is stopped, the returned one serves it all."""
     try:
         blocks = backfill_rollups(server.url, w, folder, HOURLY_RULES, HOUR)
     finally:

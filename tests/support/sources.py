@@ -15,6 +15,16 @@ class StubSource:
     name = "fake"
     parallel = False
     pod_label_names: tuple[str, ...] = ()
+    keeps_days = False
+
+    def keep_days(self, w: Window) -> int:
+        return 0
+
+    def carry_state(self, carry: object) -> str:
+        return ""
+
+    def carry_from(self, state: str) -> object:
+        return None
 
     def week(self, window: Window, *, jobs: bool = True) -> WeekData:
         raise NotImplementedError

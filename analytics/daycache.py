@@ -1,0 +1,494 @@
+"""Past days read once: a store's GPU and per-job figures of each settled local day, kept in files.
+
+A weekly report at 10,000 GPUs spends most of its time reading the week's 200,000 job series and
+10,000 GPUs' counters from the store, and the daemon's rolling refresh read the same six past days
+again every hour. ``DayCached`` wraps a source and keeps its settled days: ``keep_days`` reads
+each whole local day (``domain.week.days``) that ended ``settle`` seconds ago and has no file yet,
+alone and with its jobs, and writes it to ``<folder>/<source key>-<start>-<end>.json`` (the
+analytics daemon runs it after each rolling refresh, so a day is read once, in the background).
+A report takes each kept day of its window (the week, the rolling 7 days, the previous week, the
+month of the statements and budgets) from its file and reads the days between from the store at
+once, as one window (its clipped edges, days not settled or not kept yet): never more than it read
+before. Only the GPU and job figures are kept: the Slurm records, the queue, failures, benchmarks
+and pods' labels are read over the whole window as before, so the enrichment step
+(``analytics.sources.enrich``) is unchanged.
+
+The parts add up to the window: every figure is a sum of the parts' (a GPU's days are the parts' in
+order, its hours put on the window's hours; a figure no part measured stays None; a measure two
+parts disagree on is "mixed"), as the sources themselves add days
+(tests/analytics/test_daycache.py, test_rollups.py and test_dcgm_truth.py check a week from the
+files against the week read at once, on the embedded history, in Prometheus, in VictoriaMetrics and
+on dcgm-exporter's series). A day the store could not read whole (a problem named) is not kept. The
+key is a hash of what decides the figures (the source, its server and the settings that change what
+it reads), so another server or setting never reads another's days. A file that does not parse or
+does not match its name is read again from the store and deleted (logged), and kept again by the
+next ``keep_days``. Data written into the store for a kept day later (a backfill, a late remote
+write past ``settle``) is not seen: delete the folder after a backfill (docs/analytics.md). Days
+that ended more than ``KEEP_DAYS`` ago are deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from analytics.report.output import write_atomic
+from analytics.sources.base import (
+    GpuFigures,
+    JobFigures,
+    JobRecords,
+    Labels,
+    PodKey,
+    QueuePart,
+    Source,
+    Span,
+)
+from analytics.sources.enrich import Enriched
+from domain.jobs import JobKey
+from domain.week import (
+    BenchWeek,
+    Day,
+    FailureWeek,
+    GpuDay,
+    GpuWeek,
+    JobWeek,
+    Window,
+    days,
+    job_clusters,
+    whole_day,
+)
+
+log = logging.getLogger(__name__)
+
+DAYS_DIR = ".days"  # in the reports folder (the daemon serves only report files from it)
+FORMAT = 1  # the files' layout; another value is read again from the store
+KEEP_DAYS = 62  # two months: the statements' and budgets' month, and the week before it
+MIXED = "mixed"
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Consecutive days of a window: one kept day (``jobs`` set: from its file, or read to be
+    written), or days read from the store at once (``live``: the days between kept ones)."""
+
+    days: tuple[Day, ...]
+    gpus: tuple[GpuWeek, ...]
+    approximations: tuple[str, ...]
+    targets: Mapping[str, str]
+    carry: str  # the source's state of its reading (``carry_state``), kept with the file
+    live: GpuFigures | None = None
+    jobs: tuple[JobWeek, ...] | None = None
+
+    def window(self, timezone: str) -> Window:
+        return Window(self.days[0].start, self.days[-1].end, self.days[0].date, timezone)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """``GpuFigures.carry`` of a window read by parts."""
+
+    parts: tuple[_Part, ...]
+    inner: object  # the inner source's carry where every part agrees (its job records read on it)
+
+
+class DayCached(Enriched):
+    """``inner`` with its settled days' GPU and job figures kept in ``folder`` (module docstring)."""
+
+    def __init__(
+        self,
+        inner: Source,
+        folder: Path,
+        key: str,
+        settle: float = 7200.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.inner = inner
+        self.folder = folder
+        self.key = hashlib.sha256(f"{FORMAT}\n{inner.name}\n{key}".encode()).hexdigest()[:16]
+        self.settle = settle
+        self.clock = clock
+        self.name = inner.name
+        self.parallel = inner.parallel
+        self.pod_label_names = inner.pod_label_names
+        self.keeps_days = True
+        self.counts = {"hits": 0, "misses": 0}  # days taken from files; days read and written
+
+    @property
+    def hits(self) -> int:
+        return self.counts["hits"]
+
+    @property
+    def misses(self) -> int:
+        return self.counts["misses"]
+
+    # --- keeping days ---------------------------------------------------------------------
+
+    def keep_days(self, w: Window) -> int:
+        """Read each settled whole day of ``w`` that has no file, alone and with its jobs, and write
+        it (not one the store could not read whole); the days written. The analytics daemon calls
+        this after each refresh: a report never waits for it."""
+        written = 0
+        for d in days(w):
+            if not self._keep(d, w.timezone) or self._path(d).exists():
+                continue
+            day = Window(d.start, d.end, d.date, w.timezone)
+            with self.inner.session():
+                g = self.inner.gpus(day)
+                j = self.inner.jobs(day, g) if not g.problems else JobFigures(problems=("not read",))
+            if g.problems or j.problems:
+                log.warning("day cache: %s not kept: %s", d.date, "; ".join((*g.problems, *j.problems)))
+                continue
+            part = _Part((d,), g.gpus, g.approximations, g.targets, self.inner.carry_state(g.carry), jobs=j.jobs)
+            written += self._write(part)
+        return written
+
+    # --- the figures, by part ----------------------------------------------------------------
+
+    def gpus(self, w: Window) -> GpuFigures:
+        """Each kept day from its file; the days between them read from the store at once."""
+        tz = w.timezone
+        parts: list[_Part] = []
+        span: list[Day] = []
+        for d in days(w):
+            kept = self._read(d) if self._keep(d, tz) else None
+            if kept is None:
+                span.append(d)
+                continue
+            if span:
+                parts.append(self._live(tuple(span), tz))
+                span = []
+            self.counts["hits"] += 1
+            parts.append(kept)
+        if span:
+            parts.append(self._live(tuple(span), tz))
+        if files := sum(1 for x in parts if x.live is None):
+            log.info("%s: %d of %d days from %s", w.label, files, len(days(w)), self.folder)
+        problems = tuple(p for x in parts if x.live is not None for p in x.live.problems)
+        carries = {x.carry for x in parts}
+        inner = self.inner.carry_from(carries.pop()) if len(carries) == 1 else None
+        return GpuFigures(
+            merge_gpus([(x.days, x.gpus) for x in parts], w),
+            _union(a for x in parts for a in x.approximations),
+            _union(problems),
+            targets={u: t for x in parts for u, t in x.targets.items()},
+            carry=_Parts(tuple(parts), inner),
+        )
+
+    def jobs(self, w: Window, gpus: GpuFigures) -> JobFigures:
+        assert isinstance(gpus.carry, _Parts), "DayCached.jobs takes DayCached.gpus' figures"
+        per_part: list[tuple[JobWeek, ...]] = []
+        approximations: list[str] = []
+        problems: list[str] = []
+        for x in gpus.carry.parts:
+            if x.jobs is not None:
+                per_part.append(x.jobs)
+                continue
+            assert x.live is not None
+            got = self.inner.jobs(x.window(w.timezone), x.live)
+            per_part.append(got.jobs)
+            approximations += got.approximations
+            problems += got.problems
+        return JobFigures(merge_jobs(per_part, gpus.gpus), _union(approximations), _union(problems))
+
+    def _live(self, span: tuple[Day, ...], timezone: str) -> _Part:
+        live = self.inner.gpus(_Part(span, (), (), {}, "").window(timezone))
+        carry = self.inner.carry_state(live.carry)
+        return _Part(span, live.gpus, live.approximations, live.targets, carry, live)
+
+    def _keep(self, d: Day, timezone: str) -> bool:
+        """A whole local day (not a window's clipped edge) that ended ``settle`` seconds ago."""
+        return d == whole_day(d.date, timezone) and d.end + self.settle <= self.clock()
+
+    # --- the files ------------------------------------------------------------------------
+
+    def _path(self, d: Day) -> Path:
+        return self.folder / f"{self.key}-{int(d.start)}-{int(d.end)}.json"
+
+    def _read(self, d: Day) -> _Part | None:
+        path = self._path(d)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            log.warning("day cache: cannot read %s (%s): reading the day from the store", path, e.strerror or e)
+            return None
+        try:
+            return decode(text, d, self.key)
+        except (ValueError, TypeError, KeyError, IndexError) as e:
+            log.warning("day cache: %s is not a day of this source (%s): deleted, read from the store", path, e)
+            path.unlink(missing_ok=True)  # kept again by the next keep_days
+            return None
+
+    def _write(self, x: _Part) -> int:
+        """1 where the day was written, 0 where the folder refused it (logged)."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_atomic(self._path(x.days[0]), encode(x, self.key))
+            self._prune()
+        except OSError as e:  # the reports go on; the day is read from the store
+            log.warning("day cache: cannot write in %s (%s)", self.folder, e.strerror or e)
+            return 0
+        self.counts["misses"] += 1
+        return 1
+
+    def _prune(self) -> None:
+        horizon = self.clock() - KEEP_DAYS * 86400.0
+        for path in self.folder.glob("*-*-*.json"):
+            try:
+                end = float(path.stem.rsplit("-", 1)[1])
+            except (IndexError, ValueError):
+                continue
+            if end < horizon:
+                path.unlink(missing_ok=True)
+
+    # --- the rest is the inner source's, over the whole window ---------------------------
+
+    def job_records(self, w: Window, gpus: GpuFigures) -> JobRecords:
+        carry = gpus.carry.inner if isinstance(gpus.carry, _Parts) else gpus.carry
+        return self.inner.job_records(w, replace(gpus, carry=carry))
+
+    def history_start(self, w: Window) -> float | None:
+        return self.inner.history_start(w)
+
+    def queue(self, w: Window) -> QueuePart:
+        return self.inner.queue(w)
+
+    def failures(self, w: Window) -> list[FailureWeek]:
+        return self.inner.failures(w)
+
+    def bench(self, w: Window) -> BenchWeek | None:
+        return self.inner.bench(w)
+
+    def pod_labels(self, w: Window, names: tuple[str, ...]) -> Mapping[PodKey, Labels] | None:
+        return self.inner.pod_labels(w, names)
+
+    def job_span(self, job: str, now: float) -> Span | None:
+        return self.inner.job_span(job, now)
+
+    def job_states(self, start: float, end: float) -> dict[str, str] | None:
+        return self.inner.job_states(start, end)
+
+    def session(self) -> AbstractContextManager[None]:
+        return self.inner.session()
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+# --- adding days up ---------------------------------------------------------------------------
+
+
+def _union(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+def _optional_sum(values: Iterable[float | None]) -> float | None:
+    """The sum of the days that measured it; None where none did (as one read of the window)."""
+    got = [v for v in values if v is not None]
+    return math.fsum(got) if got else None
+
+
+def _measure(pairs: Iterable[tuple[float, str]]) -> str:
+    """One measure of the days that sampled anything: theirs where they agree, else mixed."""
+    seen = {m for sampled, m in pairs if sampled > 0}
+    return seen.pop() if len(seen) == 1 else (MIXED if seen else "")
+
+
+def _last(values: Iterable[str]) -> str:
+    """The last day's non-empty label (a GPU's host, model, index, cluster)."""
+    out = ""
+    for v in values:
+        out = v or out
+    return out
+
+
+def merge_gpus(parts: Sequence[tuple[Sequence[Day], Sequence[GpuWeek]]], w: Window) -> tuple[GpuWeek, ...]:
+    """Each GPU's parts added up: a part it is absent from counts nothing (its days zero, its
+    hours zero). Its hours are the window's (``rebin``)."""
+    by_part = [{g.uuid: g for g in gpus} for _, gpus in parts]
+    out = []
+    for uuid in sorted({u for part in by_part for u in part}):
+        mine = [part.get(uuid) for part in by_part]
+        present = [g for g in mine if g is not None]
+        by_hour: tuple[float, ...] | None = None
+        if any(g.energy_by_hour is not None for g in present):
+            by_hour = rebin([(ds, g.energy_by_hour if g else None) for (ds, _), g in zip(parts, mine, strict=True)], w)
+        out.append(
+            GpuWeek(
+                uuid=uuid,
+                host=_last(g.host for g in present),
+                model=_last(g.model for g in present),
+                gpu=_last(g.gpu for g in present),
+                sampled_s=math.fsum(g.sampled_s for g in present),
+                busy_s=math.fsum(g.busy_s for g in present),
+                sm_active_s=_optional_sum(g.sm_active_s for g in present),
+                allocated_s=_optional_sum(g.allocated_s for g in present),
+                allocated_idle_s=_optional_sum(g.allocated_idle_s for g in present),
+                energy_j=_optional_sum(g.energy_j for g in present),
+                energy_by_hour=by_hour,
+                daily=tuple(
+                    d
+                    for (ds, _), g in zip(parts, mine, strict=True)
+                    for d in (g.daily if g is not None else (GpuDay(0.0, 0.0, None),) * len(ds))
+                ),
+                stalled_s=_optional_sum(g.stalled_s for g in present),
+                cluster=_last(g.cluster for g in present),
+                busy_measure=_measure((g.sampled_s, g.busy_measure) for g in present),
+                energy_measure=_measure((g.sampled_s, g.energy_measure) for g in present),
+            )
+        )
+    return tuple(out)
+
+
+def rebin(parts: Sequence[tuple[Sequence[Day], Sequence[float] | None]], w: Window) -> tuple[float, ...]:
+    """The parts' hours (each part's from its own start, the last one cut at its end) as the
+    window's hours (from the window's start, as one read of the window gives them): where they line
+    up (a window of whole local days in a zone of whole-hour offsets), the same numbers; where
+    not (a rolling window's minute), each part-hour spread over the window's hours it overlaps, in
+    proportion. The sum is kept exactly."""
+    n = math.ceil(w.seconds / 3600.0)
+    out = [0.0] * n
+    for ds, hours in parts:
+        if not hours:
+            continue
+        start, end = ds[0].start, ds[-1].end
+        for j, joules in enumerate(hours):
+            a, b = start + j * 3600.0, min(start + (j + 1) * 3600.0, end)
+            if b <= a:  # a part-hour past the part's end: onto its last hour
+                a, b = max(start, end - 3600.0), end
+            first = int((a - w.start) // 3600.0)
+            if (a - w.start) % 3600.0 == 0.0 and b - a == 3600.0 and 0 <= first < n:
+                out[first] += joules
+                continue
+            for i in range(max(first, 0), min(n, math.ceil((b - w.start) / 3600.0))):
+                lo, hi = max(a, w.start + i * 3600.0), min(b, w.start + (i + 1) * 3600.0)
+                if hi > lo:
+                    out[i] += joules * (hi - lo) / (b - a)
+    return tuple(out)
+
+
+def merge_jobs(per_day: Sequence[Sequence[JobWeek]], gpus: Sequence[GpuWeek]) -> tuple[JobWeek, ...]:
+    """Each (GPU, job)'s days added up, in GPU order; a job takes its GPU's cluster over the window
+    (as ``WeekData`` would). A row of one day is that day's row, as it is."""
+    rows: dict[tuple[str, JobKey], list[JobWeek]] = {}
+    for jobs in per_day:
+        for j in jobs:
+            if (mine := rows.get((j.uuid, j.job))) is None:
+                rows[j.uuid, j.job] = [j]
+            else:
+                mine.append(j)
+    clusters = job_clusters(gpus)
+    out = []
+    for (uuid, _), mine in sorted(rows.items(), key=lambda kv: kv[0][0]):
+        cluster = clusters.get(uuid, "")
+        if len(mine) == 1:
+            one = mine[0]
+            out.append(one if one.cluster == cluster else replace(one, cluster=cluster))
+            continue
+        out.append(
+            replace(
+                mine[0],
+                host=_last(j.host for j in mine),
+                sampled_s=math.fsum(j.sampled_s for j in mine),
+                busy_s=math.fsum(j.busy_s for j in mine),
+                energy_j=math.fsum(j.energy_j for j in mine),
+                sm_active_s=_optional_sum(j.sm_active_s for j in mine),
+                allocated_idle_s=_optional_sum(j.allocated_idle_s for j in mine),
+                charged_s=_optional_sum(j.charged_s for j in mine),
+                stalled_s=_optional_sum(j.stalled_s for j in mine),
+                nvlink_bytes=_optional_sum(j.nvlink_bytes for j in mine),
+                pcie_bytes=_optional_sum(j.pcie_bytes for j in mine),
+                cluster=cluster,
+            )
+        )
+    return tuple(out)
+
+
+# --- the files' layout ------------------------------------------------------------------------
+
+GPU_FIELDS = tuple(f.name for f in fields(GpuWeek))
+JOB_FIELDS = tuple(f.name for f in fields(JobWeek))
+KEY_FIELDS = tuple(f.name for f in fields(JobKey))
+DAILY, HOURS = GPU_FIELDS.index("daily"), GPU_FIELDS.index("energy_by_hour")
+KEY, LABELS = JOB_FIELDS.index("job"), JOB_FIELDS.index("labels")
+
+
+def encode(x: _Part, key: str) -> str:
+    """A day's figures as JSON: a row per GPU and per job row, its fields in the dataclass' order."""
+
+    def gpu(g: GpuWeek) -> list[Any]:
+        row: list[Any] = [getattr(g, f) for f in GPU_FIELDS]
+        row[DAILY] = [[d.sampled_s, d.busy_s, d.energy_j] for d in g.daily]
+        return row
+
+    def job(j: JobWeek) -> list[Any]:
+        row: list[Any] = [getattr(j, f) for f in JOB_FIELDS]
+        row[KEY] = [getattr(j.job, f) for f in KEY_FIELDS]
+        return row
+
+    doc = {
+        "format": FORMAT,
+        "key": key,
+        "start": x.days[0].start,
+        "end": x.days[0].end,
+        "date": x.days[0].date,
+        "carry": x.carry,
+        "approximations": list(x.approximations),
+        "targets": dict(x.targets),
+        "gpu_fields": GPU_FIELDS,
+        "job_fields": JOB_FIELDS,
+        "key_fields": KEY_FIELDS,
+        "gpus": [gpu(g) for g in x.gpus],
+        "jobs": [job(j) for j in x.jobs or ()],
+    }
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+
+
+def decode(text: str, d: Day, key: str) -> _Part:
+    """A day's file, checked against the day and source it is read for (ValueError, TypeError,
+    KeyError or IndexError where it is not theirs or not whole)."""
+    doc = json.loads(text)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    got = (doc["format"], doc["key"], doc["start"], doc["end"])
+    if got != (FORMAT, key, d.start, d.end):
+        raise ValueError(f"format, source or day {got[0]!r}, {got[1]!r}, {got[2]!r}..{got[3]!r} is not this one")
+    layout = (tuple(doc["gpu_fields"]), tuple(doc["job_fields"]), tuple(doc["key_fields"]))
+    if layout != (GPU_FIELDS, JOB_FIELDS, KEY_FIELDS):
+        raise ValueError("written by another version")
+
+    def gpu(row: list[Any]) -> GpuWeek:
+        if len(row) != len(GPU_FIELDS):
+            raise ValueError(f"a GPU row of {len(row)} fields")
+        row[DAILY] = tuple(GpuDay(*x) for x in row[DAILY])
+        if row[HOURS] is not None:
+            row[HOURS] = tuple(row[HOURS])
+        return GpuWeek(*row)
+
+    def job(row: list[Any]) -> JobWeek:
+        if len(row) != len(JOB_FIELDS):
+            raise ValueError(f"a job row of {len(row)} fields")
+        row[KEY] = JobKey(*row[KEY])
+        row[LABELS] = tuple(map(tuple, row[LABELS]))
+        return JobWeek(*row)
+
+    return _Part(
+        (d,),
+        tuple(map(gpu, doc["gpus"])),
+        tuple(map(str, doc["approximations"])),
+        {str(u): str(t) for u, t in doc["targets"].items()},
+        str(doc["carry"]),
+        jobs=tuple(map(job, doc["jobs"])),
+    )
