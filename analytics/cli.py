@@ -15,7 +15,6 @@ import math
 import sys
 import time
 from collections.abc import Mapping
-from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
@@ -118,17 +117,12 @@ def _window(args: argparse.Namespace, s: FullSettings) -> Window:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    with ExitStack() as opened:  # the source's connections closed on every way out
-        return _run_report(args, opened)
-
-
-def _run_report(args: argparse.Namespace, opened: ExitStack) -> int:
     try:
         s = settings_from(args)
         _logging(s.log_level)
         window = _window(args, s)
         folder = writable_dir(out_dir(s), "--out" if args.out else "analytics.reports_dir")
-        source = opened.enter_context(closing(make_source(s)))
+        source = make_source(s)
         r = make_report(source, window, s)
     except ConfigError as e:
         print(f"gpuledger report: {e}", file=sys.stderr)

@@ -11,7 +11,6 @@ import argparse
 import re
 import sys
 import time
-from contextlib import ExitStack, closing
 from pathlib import Path
 
 from analytics import cli as analytics_cli
@@ -33,14 +32,9 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_job(args: argparse.Namespace) -> int:
-    with ExitStack() as opened:  # the source's connections closed on every way out
-        return _run_job(args, opened)
-
-
-def _run_job(args: argparse.Namespace, opened: ExitStack) -> int:
     try:
         s = analytics_cli.settings_from(args)
-        source = opened.enter_context(closing(make_source(s)))
+        source = make_source(s)
         f = job_figures(source, args.job, s, time.time())
     except (ConfigError, NotSupported) as e:
         print(f"gpuledger job: {e}", file=sys.stderr)
@@ -80,11 +74,6 @@ def _dest(grouping: str) -> str:
 
 
 def run_statement(args: argparse.Namespace) -> int:
-    with ExitStack() as opened:
-        return _run_statement(args, opened)
-
-
-def _run_statement(args: argparse.Namespace, opened: ExitStack) -> int:
     grouping, key = next((g, v) for g in statement.names() if (v := getattr(args, _dest(g), None)) is not None)
     try:
         s = analytics_cli.settings_from(args)
@@ -99,7 +88,7 @@ def _run_statement(args: argparse.Namespace, opened: ExitStack) -> int:
             raise ConfigError(f"--month/--week: {e}") from None
         out = Path(args.statement_out) if args.statement_out else s.statements.dir
         folder = writable_dir(out, "--out" if args.statement_out else "statements.dir")
-        source = opened.enter_context(closing(make_source(s)))
+        source = make_source(s)
         got = read(source, window, s)
         states = job_states(source, window.start, window.end)
     except ConfigError as e:

@@ -175,11 +175,22 @@ def test_the_job_command_names_the_clusters_of_a_shared_id(
 ) -> None:
     monkeypatch.setattr(gpuledger.statements, "time", types.SimpleNamespace(time=lambda: WINDOW.end))
     monkeypatch.delenv("GPULEDGER_CONFIG", raising=False)
+    opened: list[PrometheusSource] = []
+
+    def make_source(s: FullSettings) -> PrometheusSource:
+        opened.append(PrometheusSource(s.prometheus))
+        return opened[-1]
+
+    monkeypatch.setattr(gpuledger.statements, "make_source", make_source)  # to close them after
     base = ["--source", "prometheus", "--prometheus-url", prometheus_url]
-    assert main(["job", "1001", *base]) == 1  # each command closes the source it opens
-    err = capsys.readouterr().err
-    assert main(["job", "site-c:1001", *base]) == 0
-    out = capsys.readouterr().out
+    try:
+        assert main(["job", "1001", *base]) == 1
+        err = capsys.readouterr().err
+        assert main(["job", "site-c:1001", *base]) == 0
+        out = capsys.readouterr().out
+    finally:
+        for source in opened:
+            source.api.close()
     assert err == (
         "gpuledger job: '1001' names a job in each of 3 clusters: name one, e.g. "
         "site-a:1001 or site-b:1001 or site-c:1001\n"

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 import gpuledger.statements
-from analytics import synthetic, synthetic_om
+from analytics import pipeline, synthetic, synthetic_om
 from analytics.config import FullSettings
 from analytics.report.build import job_key
+from analytics.sources import Source
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.prometheus import PrometheusSource
 from analytics.statements.job import JobFigures, job_figures
@@ -93,11 +94,21 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The commands in this process, their "now" (the job command looks 35 days back from it)
-    fixed, not the wall clock's (each closes the source it opens)."""
+    """The commands in this process: their "now" (the job command looks 35 days back from it)
+    fixed, not the wall clock's; the sources they open closed after (a one-shot command leaves
+    that to its exit)."""
     monkeypatch.setattr(gpuledger.statements, "time", types.SimpleNamespace(time=lambda: AFTER))
     monkeypatch.delenv("GPULEDGER_CONFIG", raising=False)
+    opened: list[Source] = []
+
+    def make_source(s: FullSettings) -> Source:
+        opened.append(pipeline.make_source(s))
+        return opened[-1]
+
+    monkeypatch.setattr(gpuledger.statements, "make_source", make_source)
     yield
+    for source in opened:
+        source.close()
 
 
 def settings(url: str | None = None) -> FullSettings:
