@@ -6,25 +6,16 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 
 from analytics.sources.base import GpuFigures, JobFigures, JobRecords, Labels, PodKey, QueuePart, Span
+from analytics.sources.enrich import Enriched
 from domain.week import BenchWeek, FailureWeek, WeekData, Window
 
 
-class StubSource:
-    """Subclass and give it ``week``."""
+class StubSource(Enriched):
+    """Subclass and give it ``week`` (it keeps no days: ``Enriched``'s)."""
 
     name = "fake"
     parallel = False
     pod_label_names: tuple[str, ...] = ()
-    keeps_days = False
-
-    def keep_days(self, w: Window) -> int:
-        return 0
-
-    def carry_state(self, carry: object) -> str:
-        return ""
-
-    def carry_from(self, state: str) -> object:
-        return None
 
     def week(self, window: Window, *, jobs: bool = True) -> WeekData:
         raise NotImplementedError
