@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import select
 import signal
 import sqlite3
 import subprocess
@@ -157,10 +158,17 @@ def test_sigkill_during_writes_never_corrupts_and_keeps_every_committed_minute(
             stdout=subprocess.PIPE,
             text=True,
         )
-        time.sleep(rng.uniform(0.3, 0.9))
+        # killed at a random moment after its first commit: whatever the machine's load (a busy
+        # machine once took longer than a fixed 0.3-0.9 s to start Python and commit once)
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], 60)
+        assert ready, "the child committed nothing in 60 s"
+        first = child.stdout.readline()
+        time.sleep(rng.uniform(0.0, 0.5))
         child.send_signal(signal.SIGKILL)
-        out, _ = child.communicate(timeout=10)
-        printed = [int(x) for x in out.split()]
+        child.wait(timeout=10)
+        printed = [int(x) for x in (first + child.stdout.read()).split()]  # the pipe's end: the child is gone
+        child.stdout.close()
         assert printed, "the child committed nothing before it was killed"
         committed += printed
         start = printed[-1] + 120  # leave a gap where the killed transaction may or may not be
