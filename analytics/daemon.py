@@ -248,14 +248,19 @@ class Analytics:
             if owners is not None:
                 self._owners[r.week] = owners
         self._count("refresh", "ok")
+        kept = window
+        if self.s.budgets.rules:  # the budgets read the month so far after each refresh: its days too
+            month, _ = budgets.month_so_far(now, self.tz)
+            kept = Window(min(window.start, month.start), window.end, window.label, self.tz)
+        self.keep_days(kept)
         if self.s.budgets.rules:
             self.refresh_budgets(now)
-        self.keep_days(window)
         return r
 
     def keep_days(self, window: Window) -> None:
         """Keep the window's settled days the source has not kept yet (``analytics.daycache``: read
-        once, here, after the refresh; the next reports take them from their files). A failure is
+        once, here, after the refresh: the rolling 7 days, and the month so far where budgets read
+        it; the next reports take them from their files). A failure is
         logged and counted (task days); those days are read from the store until it succeeds."""
         if not self.source.keeps_days:
             return

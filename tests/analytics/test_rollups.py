@@ -285,13 +285,27 @@ def test_the_daemon_keeps_the_settled_days_after_a_refresh_and_its_weekly_report
     rolled: Rolled, tmp_path: Path
 ) -> None:
     """Three hours after the week: the rolling refresh reads the store, then keeps the six whole
-    days of its 7 days that have settled (two hours); Monday's report of the week takes them from
-    their files and reads only its first day, and gives the week read at once."""
+    days of its 7 days that have settled (two hours), and with budgets the month's days before
+    them too; Monday's report of the week takes its days from their files and reads only its
+    first day, and gives the week read at once."""
     w = iso_week(WEEK)
     url = rolled.hourly().url
     s = analytics_settings(analytics={"source": "prometheus", "reports_dir": tmp_path / "r"}, prometheus={"url": url})
     a = Analytics(s, clock=lambda: w.end + 3 * 3600.0)
     a.server.server_close()  # not served: the tasks are called here
+    budgeted = analytics_settings(
+        analytics={"source": "prometheus", "reports_dir": tmp_path / "b"},
+        prometheus={"url": url},
+        budgets={"rules": [{"group": "user", "key": "alice", "currency": 1}]},
+    )
+    b = Analytics(budgeted, clock=lambda: w.end + 3 * 3600.0)
+    b.server.server_close()
+    try:
+        assert b.refresh() is not None and b.budget_figures()
+        month_start = dt.datetime(2026, 11, 1, tzinfo=dt.UTC).timestamp()
+        assert len(list((tmp_path / "b" / ".days").glob("*.json"))) == round((w.end - month_start) / 86400)
+    finally:
+        b.source.close()
     try:
         assert a.refresh() is not None
         assert len(list((tmp_path / "r" / ".days").glob("*.json"))) == 6
