@@ -13,9 +13,9 @@ before. Only the GPU and job figures are kept: the Slurm records, the queue, fai
 and pods' labels are read over the whole window as before, so the enrichment step
 (``analytics.sources.enrich``) is unchanged.
 
-The parts add up to the window (``analytics.dayparts``): every figure is a sum of the parts' (a GPU's days are the parts' in
-order, its hours put on the window's hours; a figure no part measured stays None; a measure two
-parts disagree on is "mixed"), as the sources themselves add days
+The parts add up to the window (``analytics.dayparts``): every figure is a sum of the parts' (a
+GPU's days are the parts' in order, its hours put on the window's hours; a figure no part measured
+stays None; a measure two parts disagree on is "mixed"), as the sources themselves add days
 (tests/analytics/test_daycache.py, test_rollups.py and test_dcgm_truth.py check a week from the
 files against the week read at once, on the embedded history, in Prometheus, in VictoriaMetrics and
 on dcgm-exporter's series). A day the store could not read whole (a problem named) is not kept. The
