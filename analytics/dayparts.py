@@ -6,9 +6,10 @@ the parts' in order and its hours are put on the window's hours (``rebin``)."""
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 
+from domain.frozen import evolve
 from domain.jobs import JobKey
 from domain.week import Day, GpuDay, GpuWeek, JobWeek, Window, job_clusters
 
@@ -89,6 +90,11 @@ def rebin(parts: Sequence[tuple[Sequence[Day], Sequence[float] | None]], w: Wind
         if not hours:
             continue
         start, end = ds[0].start, ds[-1].end
+        first, k = (start - w.start) / 3600.0, len(hours)
+        if first.is_integer() and end - start == 3600.0 * k and 0 <= first and first + k <= n:
+            f = int(first)  # whole hours on the window's: added as they are, in C (10,000 GPUs x 168 hours)
+            out[f : f + k] = map(operator.add, out[f : f + k], hours)
+            continue
         for j, joules in enumerate(hours):
             a, b = start + j * 3600.0, min(start + (j + 1) * 3600.0, end)
             if b <= a:  # a part-hour past the part's end: onto its last hour
@@ -107,35 +113,42 @@ def rebin(parts: Sequence[tuple[Sequence[Day], Sequence[float] | None]], w: Wind
 def merge_jobs(per_day: Sequence[Sequence[JobWeek]], gpus: Sequence[GpuWeek]) -> tuple[JobWeek, ...]:
     """Each (GPU, job)'s days added up, in GPU order; a job takes its GPU's cluster over the window
     (as ``WeekData`` would). A row of one day is that day's row, as it is."""
-    rows: dict[tuple[str, JobKey], list[JobWeek]] = {}
+    by_gpu: dict[str, dict[JobKey, JobWeek | list[JobWeek]]] = {}  # a row of one day as it is, else its days
     for jobs in per_day:
         for j in jobs:
-            if (mine := rows.get((j.uuid, j.job))) is None:
-                rows[j.uuid, j.job] = [j]
+            if (mine := by_gpu.get(j.uuid)) is None:
+                mine = by_gpu[j.uuid] = {}
+            if (got := mine.get(j.job)) is None:
+                mine[j.job] = j
+            elif isinstance(got, list):
+                got.append(j)
             else:
-                mine.append(j)
+                mine[j.job] = [got, j]
     clusters = job_clusters(gpus)
     out = []
-    for (uuid, _), mine in sorted(rows.items(), key=lambda kv: kv[0][0]):
+    for uuid in sorted(by_gpu):  # 10,000 GPUs sorted, not 200,000 rows
         cluster = clusters.get(uuid, "")
-        if len(mine) == 1:
-            one = mine[0]
-            out.append(one if one.cluster == cluster else replace(one, cluster=cluster))
-            continue
-        out.append(
-            replace(
-                mine[0],
-                host=_last(j.host for j in mine),
-                sampled_s=math.fsum(j.sampled_s for j in mine),
-                busy_s=math.fsum(j.busy_s for j in mine),
-                energy_j=math.fsum(j.energy_j for j in mine),
-                sm_active_s=_optional_sum(j.sm_active_s for j in mine),
-                allocated_idle_s=_optional_sum(j.allocated_idle_s for j in mine),
-                charged_s=_optional_sum(j.charged_s for j in mine),
-                stalled_s=_optional_sum(j.stalled_s for j in mine),
-                nvlink_bytes=_optional_sum(j.nvlink_bytes for j in mine),
-                pcie_bytes=_optional_sum(j.pcie_bytes for j in mine),
-                cluster=cluster,
-            )
-        )
+        for got in by_gpu[uuid].values():
+            if not isinstance(got, list):
+                out.append(got if got.cluster == cluster else evolve(got, cluster=cluster))
+            else:
+                out.append(_added(got, cluster))
     return tuple(out)
+
+
+def _added(mine: list[JobWeek], cluster: str) -> JobWeek:
+    """One (GPU, job)'s days added up."""
+    return evolve(
+        mine[0],
+        host=_last(j.host for j in mine),
+        sampled_s=math.fsum(j.sampled_s for j in mine),
+        busy_s=math.fsum(j.busy_s for j in mine),
+        energy_j=math.fsum(j.energy_j for j in mine),
+        sm_active_s=_optional_sum(j.sm_active_s for j in mine),
+        allocated_idle_s=_optional_sum(j.allocated_idle_s for j in mine),
+        charged_s=_optional_sum(j.charged_s for j in mine),
+        stalled_s=_optional_sum(j.stalled_s for j in mine),
+        nvlink_bytes=_optional_sum(j.nvlink_bytes for j in mine),
+        pcie_bytes=_optional_sum(j.pcie_bytes for j in mine),
+        cluster=cluster,
+    )

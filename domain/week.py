@@ -8,8 +8,9 @@ import datetime as dt
 import statistics
 import zoneinfo
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from domain.frozen import evolve
 from domain.jobs import JobKey
 
 
@@ -242,9 +243,7 @@ class WeekData:
         (a source may have set it already: ``job_clusters``)."""
         clusters = job_clusters(self.gpus)
         if clusters or any(j.cluster for j in self.jobs):
-            jobs = tuple(
-                j if j.cluster == (c := clusters.get(j.uuid, "")) else replace(j, cluster=c) for j in self.jobs
-            )
+            jobs = tuple(j if j.cluster == (c := clusters.get(j.uuid, "")) else evolve(j, cluster=c) for j in self.jobs)
             object.__setattr__(self, "jobs", jobs)  # frozen: set once, here, before anyone reads it
 
 

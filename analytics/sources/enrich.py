@@ -10,7 +10,6 @@ answer at all raises ``SourceUnavailable``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
@@ -26,6 +25,7 @@ from analytics.sources.base import (
     QueuePart,
     Source,
 )
+from domain.frozen import evolve
 from domain.jobs import JobKey
 from domain.week import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, Window
 
@@ -79,7 +79,11 @@ def week(source: Source, w: Window, *, jobs: bool = True) -> WeekData:
 
         side = later(lambda: _Side(source, w, bool(g.gpus)))
         no_records = JobRecords()
-        records = later(lambda: part("Slurm jobs' records", lambda: source.job_records(w, g), no_records, problems))
+        if jobs:
+            records = later(lambda: part("Slurm jobs' records", lambda: source.job_records(w, g), no_records, problems))
+        else:  # no job rows to join them to (the previous window's fleet figures)
+            records = Future()
+            records.set_result(no_records)
         per_job = JobFigures()
         if jobs:
             per_job = source.jobs(w, g)
@@ -128,21 +132,26 @@ def join_slurm(
     its GPU's scrape target, else its cluster with its user); a field the scheduler leaves empty
     is filled from the claim."""
     cluster = {g.uuid: g.cluster for g in gpus}
+    joined: dict[tuple[str, str, JobKey], tuple[JobKey, str, str, str]] = {}  # a job's rows on its GPUs: one join
     out = []
     for j in rows:
-        if not j.job.job_id:
+        k = j.job
+        if not k.job_id:
             out.append(j)
             continue
         c = cluster.get(j.uuid, "")
-        rec = records.scheduler.get((c, j.job.job_id))
-        claim = records.claim(c, targets.get(j.uuid, ""), j.job)
-        account, partition, qos = (
-            (rec.account or claim[0], rec.partition or claim[1], rec.qos or claim[2]) if rec else claim
-        )
-        user = j.job.user or (rec.user if rec else "")
-        k = j.job
-        key = JobKey(k.job_id, user, k.pod, k.namespace, k.container, account, partition, qos)
-        out.append(dataclasses.replace(j, job=key, account=account, partition=partition, qos=qos))
+        target = targets.get(j.uuid, "")
+        if (done := joined.get((c, target, k))) is None:
+            rec = records.scheduler.get((c, k.job_id))
+            claim = records.claim(c, target, k)
+            account, partition, qos = (
+                (rec.account or claim[0], rec.partition or claim[1], rec.qos or claim[2]) if rec else claim
+            )
+            user = k.user or (rec.user if rec else "")
+            key = JobKey(k.job_id, user, k.pod, k.namespace, k.container, account, partition, qos)
+            done = joined[c, target, k] = (key, account, partition, qos)
+        key, account, partition, qos = done
+        out.append(evolve(j, job=key, account=account, partition=partition, qos=qos))
     return out
 
 

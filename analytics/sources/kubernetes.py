@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 from analytics.sources.base import percentile
 from analytics.sources.promapi import PromAPI, Series, rng
+from domain.frozen import evolve
 from domain.week import GpuWeek, JobWeek, QueueWeek, Window, days
 
 Labels = tuple[tuple[str, str], ...]
@@ -121,5 +121,5 @@ def label_rows(rows: Sequence[JobWeek], gpus: Sequence[GpuWeek], found: Mapping[
     out = []
     for r in rows:
         labels = found.get((cluster.get(r.uuid, ""), r.job.namespace, r.job.pod)) if r.job.pod else None
-        out.append(dataclasses.replace(r, labels=labels) if labels else r)
+        out.append(evolve(r, labels=labels) if labels else r)
     return out

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analytics.daycache import DayCached
+from analytics.daycache import JOB_FIELDS, DayCached
 from analytics.dayparts import merge_gpus, merge_jobs, rebin
 from analytics.sources.base import GpuFigures, Source
 from analytics.sources.embedded import EmbeddedSource
@@ -138,8 +138,9 @@ def test_another_source_or_setting_never_reads_the_days(hist: Path, tmp_path: Pa
         lambda text: text.replace('"format":1', '"format":99'),
         lambda text: text.replace('"start":', '"start":1'),  # another day's figures under this day's name
         lambda text: json.dumps({**json.loads(text), "gpus": [[1, 2]]}),
+        lambda text: json.dumps({**json.loads(text), "jobs": [[1, 2]]}),
     ],
-    ids=["truncated", "not-an-object", "other-format", "other-day", "bad-row"],
+    ids=["truncated", "not-an-object", "other-format", "other-day", "bad-row", "bad-job-row"],
 )
 def test_a_damaged_file_is_read_again_from_the_store(
     hist: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: object
@@ -158,6 +159,45 @@ def test_a_damaged_file_is_read_again_from_the_store(
     assert [r.getMessage() for r in caplog.records if path.name in r.getMessage()], caplog.text
     assert source.keep_days(w) == 1
     json.loads(path.read_text())  # written whole
+
+
+def _damaged_job(text: str, where: int, value: object) -> str:
+    doc = json.loads(text)
+    assert doc["jobs"], "the day has job rows"
+    if where == LABELS_AT:
+        doc["jobs"][0][where] = value
+    else:
+        doc["jobs"][0][where][0] = value
+    return json.dumps(doc)
+
+
+LABELS_AT, KEY_AT = JOB_FIELDS.index("labels"), JOB_FIELDS.index("job")
+
+
+@pytest.mark.parametrize(
+    ("where", "value"), [(KEY_AT, {"job_id": 1}), (LABELS_AT, [5])], ids=["unhashable-key", "bad-labels"]
+)
+def test_job_rows_found_damaged_when_made_are_read_from_the_store(
+    hist: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, where: int, value: object
+) -> None:
+    """A kept day's job rows are made only where the jobs are asked (a previous week's fleet
+    figures need none): one found damaged then is named, its file deleted, the day's jobs read from
+    the store, and the day kept again; the week is the one read at once."""
+    w = iso_week(WEEK)
+    inner = EmbeddedSource(hist)
+    kept(inner, tmp_path, w.end).keep_days(w)
+    path = sorted(tmp_path.glob("*.json"))[3]
+    path.write_text(_damaged_job(path.read_text(), where, value))
+    source = kept(inner, tmp_path, w.end)
+    fleet_only = source.week(w, jobs=False)  # the job rows are not made: the file is not found out
+    assert path.exists()
+    assert_same_week(fleet_only, inner.week(w, jobs=False))
+    with caplog.at_level(logging.WARNING, logger="analytics.daycache"):
+        got = source.week(w)
+    assert not path.exists()
+    assert_same_week(got, inner.week(w))
+    assert [r.getMessage() for r in caplog.records if path.name in r.getMessage()], caplog.text
+    assert source.keep_days(w) == 1
 
 
 def test_a_folder_that_cannot_be_written_loses_nothing(

@@ -24,11 +24,12 @@ from analytics.daycache import DayCached
 from analytics.report.build import build
 from analytics.report.model import Report
 from analytics.sources import rollups
+from analytics.sources.base import GpuFigures, JobRecords
 from analytics.sources.promapi import PromAPI
 from analytics.sources.prometheus import DAILY, GPU_COUNTERS, HOURLY_NOTE, ROLLUP_NOTE, PrometheusSource
 from analytics.sources.promql import SCHEDULER
 from analytics.synthetic import Fleet
-from domain.week import WeekData, days, iso_week
+from domain.week import WeekData, Window, days, iso_week
 from tests.support.conservation import assert_conserves
 from tests.support.daycache import assert_same_week
 from tests.support.fleet import WEEK, prometheus
@@ -266,11 +267,23 @@ def assert_kept_days_give_the_same_week(url: str, folder: Path, *, rollups: bool
         expected = at_once.week(w)
     finally:
         at_once.close()
-    kept = DayCached(source(), folder, url, settle=3600.0, clock=lambda: w.end + 3600.0)
+    inner = source()
+    asked: list[object] = []  # the carry of each records' read: once a report, early (beside the files' rows)
+    read_records = inner.job_records
+
+    def counted(w: Window, g: GpuFigures) -> JobRecords:
+        asked.append(g.carry)
+        return read_records(w, g)
+
+    setattr(inner, "job_records", counted)  # noqa: B010
+    kept = DayCached(inner, folder, url, settle=3600.0, clock=lambda: w.end + 3600.0)
     try:
         assert kept.keep_days(w) == 7
         got = kept.week(w)
         assert kept.hits == 7
+        assert len(asked) == 1 and inner.carry_state(asked[0]) == ("hourly" if rollups else "")
+        kept.week(w, jobs=False)
+        assert len(asked) == 1  # no job rows to join them to: the previous week's fleet figures
         carry = kept.gpus(w).carry
     finally:
         kept.close()
