@@ -73,7 +73,7 @@ def build(
 ) -> Report:
     w = data.window
     chosen = groupings.chosen(group_by)
-    attrs = [(g.name, g.job, g.none) for g in chosen if g.job is not None]
+    attrs: list[JobAttr] = [(g.name, g.job, g.none) for g in chosen if g.job is not None]
     by_gpu = [(g.name, g.gpu, g.none) for g in chosen if g.gpu is not None]
     generated = now or time.time()
     # only what happened: charge from the first data (a window starting before the history) up
@@ -143,12 +143,24 @@ def build(
     for j in data.jobs:
         on_gpu[j.uuid].append(j)
     unallocated = Acc()
+    # each job row is added to its job's row and to the row of its groupings' keys together
+    # (user, account, ...: a few hundred at most), which are then added to each grouping's rows:
+    # 2 additions a job row, not one per grouping (1.3 M at 10,000 GPUs before)
+    by_keys: dict[tuple[str, ...], Acc] = defaultdict(Acc)
+    jobs_acc = groups["job"]
     for uuid, gpu_fig in gpu_figs.items():
         jobs = on_gpu.get(uuid, [])
         figs = charge(jobs, gpu_fig, hourly[uuid], per_joule[uuid], co2e_per_joule[uuid])
         unallocated.add(rest(uuid, gpu_fig, figs))
         for j, fig in zip(jobs, figs, strict=True):
-            _add_job(groups, holders, j, fig, attrs)
+            key = job_key(j)
+            jobs_acc[key].add(fig)
+            by_keys[tuple(attr(j) or none for _, attr, none in attrs)].add(fig)
+            user, part = holders.get(key, ("", ""))
+            holders[key] = (user or j.job.user or UNKNOWN_USER, part or j.partition)
+    for keys, acc in by_keys.items():
+        for (group, _, _), k in zip(attrs, keys, strict=True):
+            groups[group][k].merge(acc)
     # jobs on a GPU the source has no figures for: nothing to charge them, and their hours are
     # not the fleet's; left out, and said so (every grouping still adds up to the fleet)
     orphans = sorted(uuid for uuid in on_gpu if uuid not in gpu_figs)
@@ -246,17 +258,6 @@ def job_key(j: JobWeek) -> str:
     k = j.job
     key = k.job_id or (f"{k.namespace}/{k.pod}" if k.pod else f"{k.user or '?'} (no job)")
     return f"{j.cluster}{CLUSTER_SEP}{key}" if j.cluster else key
-
-
-def _add_job(
-    groups: dict[str, dict[str, Acc]], holders: dict[str, tuple[str, str]], j: JobWeek, fig: Fig, attrs: list[JobAttr]
-) -> None:
-    key = job_key(j)
-    for group, attr, none in attrs:
-        groups[group][attr(j) or none].add(fig)
-    groups["job"][key].add(fig)
-    user, part = holders.get(key, ("", ""))
-    holders[key] = (user or j.job.user or UNKNOWN_USER, part or j.partition)
 
 
 def _grouping_rows(groups: dict[str, dict[str, Acc]], chosen: Iterable[Grouping], min_h: float) -> list[CostRow]:
