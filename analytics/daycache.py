@@ -33,17 +33,17 @@ that ended more than ``KEEP_DAYS`` ago are deleted.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from analytics.dayfiles import FORMAT, Part, encode, parse, rows_of
 from analytics.dayparts import merge_gpus, merge_jobs, union
 from analytics.report.output import write_atomic
 from analytics.sources.base import (
@@ -58,14 +58,10 @@ from analytics.sources.base import (
 )
 from analytics.sources.enrich import Enriched
 from analytics.sources.enrich import week as enriched_week
-from domain.frozen import construct
-from domain.jobs import JobKey
 from domain.week import (
     BenchWeek,
     Day,
     FailureWeek,
-    GpuDay,
-    GpuWeek,
     JobWeek,
     WeekData,
     Window,
@@ -76,58 +72,14 @@ from domain.week import (
 log = logging.getLogger(__name__)
 
 DAYS_DIR = ".days"  # in the reports folder (the daemon serves only report files from it)
-FORMAT = 1  # the files' layout; another value is read again from the store
 KEEP_DAYS = 62  # two months: the statements' and budgets' month, and the week before it
-
-
-@dataclass(frozen=True)
-class _Part:
-    """Consecutive days of a window: one kept day (``jobs`` set: from its file, or read to be
-    written), or days read from the store at once (``live``: the days between kept ones)."""
-
-    days: tuple[Day, ...]
-    gpus: tuple[GpuWeek, ...]
-    approximations: tuple[str, ...]
-    targets: Mapping[str, str]
-    carry: str  # the source's state of its reading (``carry_state``), kept with the file
-    live: GpuFigures | None = None
-    jobs: tuple[JobWeek, ...] | _JobRows | None = None
-
-    def window(self, timezone: str) -> Window:
-        return Window(self.days[0].start, self.days[-1].end, self.days[0].date, timezone)
-
-
-class _JobRows:
-    """A kept day's job rows as its file holds them (checked whole), made into ``JobWeek`` rows
-    only where the jobs are asked: a previous week's fleet figures need none (240,000 rows at
-    10,000 GPUs)."""
-
-    def __init__(self, rows: list[list[Any]]) -> None:
-        for row in rows:  # the rest of a row that is not whole is found by made()
-            if len(row) != len(JOB_FIELDS) or len(row[KEY]) != len(KEY_FIELDS):
-                raise ValueError(f"a job row of {len(row)} fields")
-        self._rows: list[list[Any]] | None = rows
-        self._made: tuple[JobWeek, ...] = ()
-
-    def made(self) -> tuple[JobWeek, ...]:
-        if self._rows is not None:
-            keys: dict[tuple[Any, ...], JobKey] = {}  # a job's key once for its rows on each of its GPUs
-
-            def job(row: list[Any]) -> JobWeek:
-                k = tuple(row[KEY])
-                row[KEY] = keys.get(k) or keys.setdefault(k, JobKey(*k))
-                row[LABELS] = tuple(map(tuple, row[LABELS])) if row[LABELS] else ()
-                return construct(JobWeek, dict(zip(JOB_FIELDS, row, strict=True)))
-
-            self._made, self._rows = tuple(map(job, self._rows)), None
-        return self._made
 
 
 @dataclass(frozen=True)
 class _Parts:
     """``GpuFigures.carry`` of a window read by parts."""
 
-    parts: tuple[_Part, ...]
+    parts: tuple[Part, ...]
     inner: object  # the inner source's carry where every part agrees (its job records read on it)
 
 
@@ -182,7 +134,7 @@ class DayCached(Enriched):
                 log.warning("day cache: %s not kept: %s", d.date, "; ".join((*g.problems, *j.problems)))
                 continue
             rows = merge_jobs([j.jobs], g.gpus)  # each with the cluster the day gives it (as a week would, mostly)
-            part = _Part((d,), g.gpus, g.approximations, g.targets, self.inner.carry_state(g.carry), jobs=rows)
+            part = Part((d,), g.gpus, g.approximations, g.targets, self.inner.carry_state(g.carry), jobs=rows)
             written += self._write(part)
         return written
 
@@ -203,7 +155,7 @@ class DayCached(Enriched):
     def gpus(self, w: Window) -> GpuFigures:
         """Each kept day from its file; the days between them read from the store at once."""
         tz = w.timezone
-        plan: list[_Part | tuple[Day, dict[str, Any]]] = []  # in day order: a run read, or a day's file
+        plan: list[Part | tuple[Day, dict[str, Any]]] = []  # in day order: a run read, or a day's file
         span: list[Day] = []
         for d in days(w):
             doc = self._load(d) if self._keep(d, tz) else None
@@ -216,10 +168,10 @@ class DayCached(Enriched):
             plan.append((d, doc))
         if span:
             plan.append(self._live(tuple(span), tz))
-        early = {x.carry if isinstance(x, _Part) else str(x[1]["carry"]) for x in plan}
+        early = {x.carry if isinstance(x, Part) else str(x[1]["carry"]) for x in plan}
         if getattr(self._local, "early", False) and len(early) == 1:
             self._ask_records(w, self.inner.carry_from(early.pop()))
-        parts = [x if isinstance(x, _Part) else self._made(*x, tz) for x in plan]
+        parts = [x if isinstance(x, Part) else self._made(*x, tz) for x in plan]
         if files := sum(1 for x in parts if x.live is None):
             log.info("%s: %d of %d days from %s", w.label, files, len(days(w)), self.folder)
         problems = tuple(p for x in parts if x.live is not None for p in x.live.problems)
@@ -262,10 +214,10 @@ class DayCached(Enriched):
             problems += got.problems
         return JobFigures(merge_jobs(per_part, gpus.gpus), union(approximations), union(problems))
 
-    def _live(self, span: tuple[Day, ...], timezone: str) -> _Part:
-        live = self.inner.gpus(_Part(span, (), (), {}, "").window(timezone))
+    def _live(self, span: tuple[Day, ...], timezone: str) -> Part:
+        live = self.inner.gpus(Part(span, (), (), {}, "").window(timezone))
         carry = self.inner.carry_state(live.carry)
-        return _Part(span, live.gpus, live.approximations, live.targets, carry, live)
+        return Part(span, live.gpus, live.approximations, live.targets, carry, live)
 
     def _keep(self, d: Day, timezone: str) -> bool:
         """A whole local day (not a window's clipped edge) that ended ``settle`` seconds ago."""
@@ -293,7 +245,7 @@ class DayCached(Enriched):
             self._damaged(path, e)
             return None
 
-    def _made(self, d: Day, doc: dict[str, Any], timezone: str) -> _Part:
+    def _made(self, d: Day, doc: dict[str, Any], timezone: str) -> Part:
         """The day's rows from its parsed file; the day read from the store where they are not whole."""
         try:
             part = rows_of(doc, d)
@@ -307,7 +259,7 @@ class DayCached(Enriched):
         log.warning("day cache: %s is not a day of this source (%s): deleted, read from the store", path, e)
         path.unlink(missing_ok=True)  # kept again by the next keep_days
 
-    def _write(self, x: _Part) -> int:
+    def _write(self, x: Part) -> int:
         """1 where the day was written, 0 where the folder refused it (logged)."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -374,76 +326,3 @@ class DayCached(Enriched):
 
 
 # --- the files' layout ------------------------------------------------------------------------
-
-GPU_FIELDS = tuple(f.name for f in fields(GpuWeek))
-JOB_FIELDS = tuple(f.name for f in fields(JobWeek))
-KEY_FIELDS = tuple(f.name for f in fields(JobKey))
-DAILY, HOURS = GPU_FIELDS.index("daily"), GPU_FIELDS.index("energy_by_hour")
-KEY, LABELS = JOB_FIELDS.index("job"), JOB_FIELDS.index("labels")
-
-
-def encode(x: _Part, key: str) -> str:
-    """A day's figures as JSON: a row per GPU and per job row, its fields in the dataclass' order."""
-
-    def gpu(g: GpuWeek) -> list[Any]:
-        row: list[Any] = [getattr(g, f) for f in GPU_FIELDS]
-        row[DAILY] = [[d.sampled_s, d.busy_s, d.energy_j] for d in g.daily]
-        return row
-
-    def job(j: JobWeek) -> list[Any]:
-        row: list[Any] = [getattr(j, f) for f in JOB_FIELDS]
-        row[KEY] = [getattr(j.job, f) for f in KEY_FIELDS]
-        return row
-
-    doc = {
-        "format": FORMAT,
-        "key": key,
-        "start": x.days[0].start,
-        "end": x.days[0].end,
-        "date": x.days[0].date,
-        "carry": x.carry,
-        "approximations": list(x.approximations),
-        "targets": dict(x.targets),
-        "gpu_fields": GPU_FIELDS,
-        "job_fields": JOB_FIELDS,
-        "key_fields": KEY_FIELDS,
-        "gpus": [gpu(g) for g in x.gpus],
-        "jobs": [job(j) for j in (x.jobs if isinstance(x.jobs, tuple) else ())],
-    }
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
-
-
-def parse(text: str, d: Day, key: str) -> dict[str, Any]:
-    """A day's file, checked against the day and source it is read for (ValueError, TypeError,
-    KeyError or IndexError where it is not theirs)."""
-    doc = json.loads(text)
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
-    got = (doc["format"], doc["key"], doc["start"], doc["end"])
-    if got != (FORMAT, key, d.start, d.end):
-        raise ValueError(f"format, source or day {got[0]!r}, {got[1]!r}, {got[2]!r}..{got[3]!r} is not this one")
-    layout = (tuple(doc["gpu_fields"]), tuple(doc["job_fields"]), tuple(doc["key_fields"]))
-    if layout != (GPU_FIELDS, JOB_FIELDS, KEY_FIELDS):
-        raise ValueError("written by another version")
-    return doc
-
-
-def rows_of(doc: dict[str, Any], d: Day) -> _Part:
-    """A parsed day's rows (ValueError, TypeError, KeyError or IndexError where they are not whole)."""
-
-    def gpu(row: list[Any]) -> GpuWeek:
-        if len(row) != len(GPU_FIELDS):
-            raise ValueError(f"a GPU row of {len(row)} fields")
-        row[DAILY] = tuple(GpuDay(*x) for x in row[DAILY])
-        if row[HOURS] is not None:
-            row[HOURS] = tuple(row[HOURS])
-        return construct(GpuWeek, dict(zip(GPU_FIELDS, row, strict=True)))
-
-    return _Part(
-        (d,),
-        tuple(map(gpu, doc["gpus"])),
-        tuple(map(str, doc["approximations"])),
-        {str(u): str(t) for u, t in doc["targets"].items()},
-        str(doc["carry"]),
-        jobs=_JobRows(doc["jobs"]),
-    )

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analytics.daycache import JOB_FIELDS, DayCached
+from analytics.daycache import DayCached
+from analytics.dayfiles import JOB_FIELDS
 from analytics.dayparts import merge_gpus, merge_jobs, rebin
 from analytics.sources.base import GpuFigures, Source
 from analytics.sources.embedded import EmbeddedSource
