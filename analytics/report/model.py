@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from daemonkit.jsondoc import STRICT
 
@@ -16,6 +18,7 @@ SCHEMA = "gpuledger.report/v1"
 TOP_IDLE = 20  # rows of the held-but-idle table (Report.idle_holders)
 TOP_STALLED = 20  # rows of the stalled-jobs table (Report.stalled_jobs)
 TOP_LINKS = 20  # rows of the multi-GPU jobs' traffic table (Report.link_jobs)
+T = TypeVar("T")
 UNALLOCATED = "unallocated"  # the group and key of the row for what no job was charged
 
 
@@ -256,13 +259,27 @@ class Report:
 
     def group(self, name: str) -> list[CostRow]:
         """The rows of one group, in the report's order (a new list: the caller may change it)."""
-        index = self.__dict__.get("_groups")  # the renderers ask ~40 times: 120,000 rows at 10,000 GPUs
-        if index is None or index[0] is not self.rows or index[1] != len(self.rows):
-            by: dict[str, list[CostRow]] = {}
-            for r in self.rows:
-                by.setdefault(r.group, []).append(r)
-            index = self.__dict__["_groups"] = (self.rows, len(self.rows), by)  # not a field: never written out
-        return list(index[2].get(name, ()))
+        return list(self.derived("groups", self._by_group).get(name, ()))
+
+    def _by_group(self) -> dict[str, list[CostRow]]:
+        by: dict[str, list[CostRow]] = {}
+        for r in self.rows:
+            by.setdefault(r.group, []).append(r)
+        return by
+
+    def derived(self, name: str, make: Callable[[], T]) -> T:
+        """What ``make`` derives from this report, made once while its rows stay the same list of
+        the same length (the renderers ask for a group's rows ~40 times, and the Markdown and HTML
+        for the same tables: 120,000 rows at 10,000 GPUs). Kept beside the fields, never written
+        out; shared: read it, do not change it."""
+        held = self.__dict__.get("_derived")
+        if held is None or held[0] is not self.rows or held[1] != len(self.rows):
+            held = self.__dict__["_derived"] = (self.rows, len(self.rows), {})
+        made: dict[str, Any] = held[2]
+        if name not in made:
+            made[name] = make()
+        result: T = made[name]
+        return result
 
     def window_notes(self) -> list[str]:
         """The banner lines of a window that is not complete and past: in progress, history start."""

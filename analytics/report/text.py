@@ -5,7 +5,6 @@ analytics.report.csvio."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -142,20 +141,11 @@ def _table(slug: str, title: str, cols: Columns[T], rows: Iterable[T], cur: str,
     return Table(slug, title, headers, [[cell(x) for _, cell in cols] for x in rows], empty or Table.empty)
 
 
-_last: tuple[weakref.ref[Report], int, list[Table]] | None = None  # the last report's tables
-
-
 def tables(r: Report) -> list[Table]:
     """Every section after the headline, in reading order; made once for the Markdown and the HTML
     of one report (ranking and adding up 96,000 job rows is 0.7 s at 10,000 GPUs). The tables are
     shared: read them, do not change them."""
-    global _last
-    last = _last
-    if last is not None and last[0]() is r and last[1] == len(r.rows):
-        return last[2]
-    made = _tables(r)
-    _last = (weakref.ref(r), len(r.rows), made)
-    return made
+    return r.derived("tables", lambda: _tables(r))
 
 
 def _tables(r: Report) -> list[Table]:
