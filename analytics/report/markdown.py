@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 
 from analytics.report.model import Report
 from analytics.report.text import EXAMPLE_PRICES, facts, headline, subtitle, summary, tables, title
@@ -18,11 +19,18 @@ def md_escape(text: str) -> str:
 
 
 def _md_table(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> list[str]:
+    return list(md_table_lines(headers, rows, numeric))
+
+
+def md_table_lines(headers: list[str], rows: Iterable[list[str]], numeric: list[bool]) -> Iterator[str]:
+    """A Markdown table line by line, each row's line made as it is asked."""
+
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(md_escape(c) for c in cells) + " |"
 
-    rule = "|" + "|".join("--:" if right else "---" for right in numeric) + "|"
-    return [line(headers), rule, *(line(r) for r in rows)]
+    yield line(headers)
+    yield "|" + "|".join("--:" if right else "---" for right in numeric) + "|"
+    yield from map(line, rows)
 
 
 def to_markdown(report: Report) -> str:

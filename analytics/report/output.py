@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from analytics.report.csvio import to_csv
@@ -35,14 +35,18 @@ def focus_dir(out_dir: Path, week: str) -> Path:
     return out_dir / f"gpuledger-{_safe(week)}-focus"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) next to ``path`` under a temporary name, then rename it into place:
-    a reader sees the old file or the new one, never half of one. Permissions follow the umask."""
+def write_atomic(path: Path, text: str | Iterable[str]) -> None:
+    """Write ``text`` (UTF-8; a string or its pieces in order, each written as it comes) next to
+    ``path`` under a temporary name, then rename it into place: a reader sees the old file or the
+    new one, never half of one. Permissions follow the umask."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
+        with os.fdopen(fd, "w", encoding="utf-8", newline="", buffering=1 << 16) as f:
+            if isinstance(text, str):
+                f.write(text)
+            else:
+                f.writelines(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -8,8 +8,10 @@ import csv
 import datetime as dt
 import hashlib
 import io
+import itertools
 import re
 import zoneinfo
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import jinja2
 
 from analytics.report.csvio import neutralise
 from analytics.report.html import TEMPLATES
-from analytics.report.markdown import _md_table, md_escape
+from analytics.report.markdown import _md_table, md_escape, md_table_lines
 from analytics.report.output import write_atomic
 from analytics.report.text import DASH, co2e, hours, kwh, money, pct
 from analytics.statements.job import JobFigures, stalled_share
@@ -111,7 +113,7 @@ def _period(st: Statement) -> str:
 
 
 _HTML = """{% extends "base.html" %}
-{% from "macros.html" import cards, table %}
+{% from "macros.html" import cards, table_end, table_row, table_start %}
 {% block body %}
 <header><h1>{{ page_title }}</h1><p class="meta">{{ period }}</p></header>
 {% if reasons %}<p class="flag">Incomplete: {{ reasons }}</p>{% endif %}
@@ -119,7 +121,9 @@ _HTML = """{% extends "base.html" %}
 {% if advice %}<section id="advice"><h2>Scaling</h2><ul>{% for a in advice %}<li>{{ a }}</li>{% endfor %}</ul>
 </section>{% endif %}
 <section id="jobs"><h2>Jobs</h2>
-{% if rows %}{{ table(headers, rows, numeric) }}{% else %}<p class="empty">No jobs in this period.</p>{% endif %}
+{% if any_rows %}{{ table_start(headers, numeric) }}
+{%- for row in rows %}{{ table_row(row, numeric) }}{% endfor %}{{ table_end() }}
+{%- else %}<p class="empty">No jobs in this period.</p>{% endif %}
 </section>
 {% if notes %}<section id="notes"><h2>Notes</h2><ul>{% for x in notes %}<li>{{ x }}</li>{% endfor %}</ul>
 </section>{% endif %}
@@ -129,9 +133,15 @@ _HTML = """{% extends "base.html" %}
 
 
 def to_html(st: Statement) -> str:
-    """Self-contained like the report: the shared base (inline CSS, a CSP that forbids scripts
-    and loads), every value escaped by the template."""
-    return _html_template().render(
+    return "".join(html_chunks(st))
+
+
+def html_chunks(st: Statement) -> Iterator[str]:
+    """The page, in pieces as the template makes them: a row's cells exist only while it is
+    written, so a statement of 66,000 jobs never holds its page whole. Self-contained like the
+    report: the shared base (inline CSS, a CSP that forbids scripts and loads), every value
+    escaped by the template."""
+    return _html_template().generate(
         generator="gpuledger statement",
         page_title=title(st),
         period=_period(st),
@@ -139,7 +149,8 @@ def to_html(st: Statement) -> str:
         summary=summary(st),
         advice=st.advice,
         headers=HEADERS,
-        rows=[_cells(x, st.currency) for x in st.jobs],
+        any_rows=bool(st.jobs),
+        rows=(_cells(x, st.currency) for x in st.jobs),
         numeric=NUMERIC,
         notes=st.notes,
         dash=DASH,
@@ -154,18 +165,25 @@ def _html_template() -> jinja2.Template:
 
 
 def to_markdown(st: Statement) -> str:
-    out = [f"# {md_escape(title(st))}", "", md_escape(_period(st)), ""]
+    return "".join(markdown_chunks(st))
+
+
+def markdown_chunks(st: Statement) -> Iterator[str]:
+    """The Markdown file line by line (each line with its newline but the last)."""
+    head = [f"# {md_escape(title(st))}", "", md_escape(_period(st)), ""]
     if not st.complete:
-        out += [f"**Incomplete:** {md_escape('; '.join(st.incomplete_reasons))}", ""]
-    out += ["## Totals", "", *_md_table(["Figure", "Value"], [list(kv) for kv in summary(st)], [False, True]), ""]
+        head += [f"**Incomplete:** {md_escape('; '.join(st.incomplete_reasons))}", ""]
+    head += ["## Totals", "", *_md_table(["Figure", "Value"], [list(kv) for kv in summary(st)], [False, True]), ""]
     if st.advice:
-        out += ["## Scaling", "", *(f"- {md_escape(a)}" for a in st.advice), ""]
-    out += ["## Jobs", ""]
-    rows = [_cells(x, st.currency) for x in st.jobs]
-    out += [*_md_table(HEADERS, rows, NUMERIC), ""] if rows else ["No jobs in this period.", ""]
-    if st.notes:
-        out += ["## Notes", "", *(f"- {md_escape(n)}" for n in st.notes), ""]
-    return "\n".join(out)
+        head += ["## Scaling", "", *(f"- {md_escape(a)}" for a in st.advice), ""]
+    head += ["## Jobs", ""]
+    rows = (_cells(x, st.currency) for x in st.jobs)
+    jobs = itertools.chain(md_table_lines(HEADERS, rows, NUMERIC), [""]) if st.jobs else ["No jobs in this period.", ""]
+    tail = ["## Notes", "", *(f"- {md_escape(n)}" for n in st.notes), ""] if st.notes else []
+    lines = itertools.chain(head, jobs, tail)
+    yield next(lines)
+    for line in lines:
+        yield "\n" + line
 
 
 CSV_COLUMNS = (
@@ -191,8 +209,15 @@ TOTAL = "(total)"  # the job cell of the CSV's last row: the sums
 
 
 def to_csv(st: Statement) -> str:
-    """One row per job, then ``(total)``; an empty cell is not measured; text that a spreadsheet
-    would run as a formula is neutralised (as the report's CSV)."""
+    return "".join(csv_chunks(st))
+
+
+CSV_BATCH = 1000  # rows a chunk of the CSV holds
+
+
+def csv_chunks(st: Statement) -> Iterator[str]:
+    """One row per job, then ``(total)``, in chunks of ``CSV_BATCH`` rows; an empty cell is not
+    measured; text that a spreadsheet would run as a formula is neutralised (as the report's CSV)."""
 
     def cell(v: object) -> object:
         return "" if v is None else neutralise(v) if isinstance(v, str) else v
@@ -200,7 +225,7 @@ def to_csv(st: Statement) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(CSV_COLUMNS)
-    for x in st.jobs:
+    for i, x in enumerate(st.jobs, 1):
         r = x.row
         w.writerow(
             [
@@ -226,6 +251,10 @@ def to_csv(st: Statement) -> str:
                 )
             ]
         )
+        if i % CSV_BATCH == 0:
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
     t = st.totals
     w.writerow(
         [
@@ -251,14 +280,15 @@ def to_csv(st: Statement) -> str:
             )
         ]
     )
-    return buf.getvalue()
+    yield buf.getvalue()
 
 
-_RENDER = {"html": to_html, "md": to_markdown, "csv": to_csv}
+_CHUNKS = {"html": html_chunks, "md": markdown_chunks, "csv": csv_chunks}
 
 
 def write(st: Statement, formats: list[str], folder: Path) -> list[Path]:
-    """The statement in each of ``formats`` into ``folder`` (created), each file atomically."""
+    """The statement in each of ``formats`` into ``folder`` (created), each file atomically and
+    streamed: written as it is made, never held whole."""
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ValueError(f"unknown statement format {', '.join(map(repr, unknown))}; choose from {', '.join(FORMATS)}")
@@ -266,7 +296,7 @@ def write(st: Statement, formats: list[str], folder: Path) -> list[Path]:
     out = []
     for fmt in dict.fromkeys(formats):
         path = folder / f"{stem(st)}.{fmt}"
-        write_atomic(path, _RENDER[fmt](st))
+        write_atomic(path, _CHUNKS[fmt](st))
         out.append(path)
     return out
 
