@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 from tests.support.clock import FakeMonotonic
 from tests.support.paths import REPO
 from tests.support.processes import ExporterProcess
+from tests.support.prometheus import CACHE_ENV
 from tests.support.slurm import SlurmCluster
 
 
@@ -87,3 +90,14 @@ def cluster(tmp_path: Path) -> Iterator[SlurmCluster]:
         yield c
     finally:
         c.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One folder of TSDB blocks for the whole run (tests.support.prometheus: a synthetic fleet
+    backfilled once, copied to each module's Prometheus); the workers inherit it, the controller
+    removes it at the end."""
+    if hasattr(config, "workerinput") or os.environ.get(CACHE_ENV):
+        return
+    folder = tempfile.mkdtemp(prefix="gpuledger-test-blocks-")
+    os.environ[CACHE_ENV] = folder
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))

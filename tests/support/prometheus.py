@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
+import shutil
 import subprocess
 import urllib.parse
 from pathlib import Path
@@ -11,6 +15,39 @@ from typing import Any
 from tests.support.http import free_port, http_get
 from tests.support.tools import require_binary
 from tests.support.wait import wait_until
+
+CACHE_ENV = "GPULEDGER_TEST_BLOCKS"  # a folder shared by the run's workers (tests/conftest.py sets it)
+
+
+def _backfill(openmetrics: Path, data: Path) -> None:
+    """``promtool tsdb create-blocks-from openmetrics`` into ``data``. Many modules backfill the same
+    synthetic fleet: where ``$GPULEDGER_TEST_BLOCKS`` names a folder, each distinct file becomes
+    blocks once a run (under a lock: the workers never build one twice) and each server gets a copy
+    (not links: Prometheus compacts and deletes the blocks of its data folder)."""
+    promtool = require_binary("promtool")
+
+    def create(out: Path) -> None:
+        cmd = [promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h"]
+        subprocess.run([*cmd, str(openmetrics), str(out)], check=True, capture_output=True, timeout=600)
+
+    cache = os.environ.get(CACHE_ENV)
+    if not cache:
+        create(data)
+        return
+    h = hashlib.sha256(str(promtool).encode())
+    with openmetrics.open("rb") as f:
+        h.update(hashlib.file_digest(f, "sha256").digest())
+    blocks = Path(cache) / h.hexdigest()[:32]
+    blocks.parent.mkdir(parents=True, exist_ok=True)
+    with (blocks.parent / f"{blocks.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (blocks / ".whole").exists():
+            shutil.rmtree(blocks, ignore_errors=True)  # a build stopped half-way
+            create(blocks)
+            (blocks / ".whole").touch()
+    for block in blocks.iterdir():
+        if block.is_dir():
+            shutil.copytree(block, data / block.name)
 
 
 class PrometheusServer:
@@ -79,21 +116,7 @@ class PrometheusServer:
         """A Prometheus holding the samples of an OpenMetrics file (past data: retention 10y), scraping
         ``targets`` and ``jobs`` (see ``__init__``) besides. Live samples must come after the backfilled
         ones (the head accepts nothing older than the newest block)."""
-        promtool = require_binary("promtool")
-        subprocess.run(
-            [
-                promtool,
-                "tsdb",
-                "create-blocks-from",
-                "openmetrics",
-                "--max-block-duration=24h",
-                str(openmetrics),
-                str(workdir / "data"),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
+        _backfill(openmetrics, workdir / "data")
         return cls(workdir, targets, scrape_interval, retention="10y", jobs=jobs)
 
     def stop(self) -> None:
