@@ -1,8 +1,10 @@
-"""A kept day's file (``analytics.daycache``): one JSON object with the day, the source's key and
-its reading (``carry``), and a row per GPU and per job row, each row its dataclass' fields in order
-(the field names are written too: a file of another layout is read again from the store). The job
-rows are checked whole when the file is read and made into ``JobWeek`` rows only where the jobs are
-asked (``JobRows``)."""
+"""A kept day's file (``analytics.daycache``): two lines of JSON. The first is an object with the
+day, the source's key and its reading (``carry``) and a row per GPU; the second a list of the job
+rows. Each row is its dataclass' fields in order (the field names are written too: a file of
+another layout is read again from the store). The job rows are parsed, checked and made into
+``JobWeek`` rows only where the jobs are asked (``JobRows``): a previous week's fleet figures read
+the first line alone.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from domain.frozen import construct
 from domain.jobs import JobKey
 from domain.week import Day, GpuDay, GpuWeek, JobWeek, Window
 
-FORMAT = 1  # the files' layout; another value is read again from the store
+FORMAT = 2  # the files' layout; another value is read again from the store (1: one JSON object)
 
 
 @dataclass(frozen=True)
@@ -37,19 +39,23 @@ class Part:
 
 
 class JobRows:
-    """A kept day's job rows as its file holds them (checked whole), made into ``JobWeek`` rows
-    only where the jobs are asked: a previous week's fleet figures need none (240,000 rows at
-    10,000 GPUs)."""
+    """A kept day's job rows as its file holds them (the second line's text), parsed, checked and
+    made into ``JobWeek`` rows only where the jobs are asked: a previous week's fleet figures need
+    none (240,000 rows at 10,000 GPUs). Damage found then is a ValueError, TypeError, KeyError or
+    IndexError (``DayCached.jobs`` reads that day's jobs from the store)."""
 
-    def __init__(self, rows: list[list[Any]]) -> None:
-        for row in rows:  # the rest of a row that is not whole is found by made()
-            if len(row) != len(JOB_FIELDS) or len(row[KEY]) != len(KEY_FIELDS):
-                raise ValueError(f"a job row of {len(row)} fields")
-        self._rows: list[list[Any]] | None = rows
+    def __init__(self, text: str) -> None:
+        self._text: str | None = text
         self._made: tuple[JobWeek, ...] = ()
 
     def made(self) -> tuple[JobWeek, ...]:
-        if self._rows is not None:
+        if self._text is not None:
+            rows = json.loads(self._text)
+            if not isinstance(rows, list):
+                raise ValueError("the job rows are not a list")
+            for row in rows:  # the rest of a row that is not whole fails below
+                if len(row) != len(JOB_FIELDS) or len(row[KEY]) != len(KEY_FIELDS):
+                    raise ValueError(f"a job row of {len(row)} fields")
             keys: dict[tuple[Any, ...], JobKey] = {}  # a job's key once for its rows on each of its GPUs
 
             def job(row: list[Any]) -> JobWeek:
@@ -58,7 +64,7 @@ class JobRows:
                 row[LABELS] = tuple(map(tuple, row[LABELS])) if row[LABELS] else ()
                 return construct(JobWeek, dict(zip(JOB_FIELDS, row, strict=True)))
 
-            self._made, self._rows = tuple(map(job, self._rows)), None
+            self._made, self._text = tuple(map(job, rows)), None
         return self._made
 
 
@@ -70,7 +76,8 @@ KEY, LABELS = JOB_FIELDS.index("job"), JOB_FIELDS.index("labels")
 
 
 def encode(x: Part, key: str) -> str:
-    """A day's figures as JSON: a row per GPU and per job row, its fields in the dataclass' order."""
+    """A day's figures as two lines of JSON: the day and a row per GPU, then the job rows, each
+    row its fields in the dataclass' order."""
 
     def gpu(g: GpuWeek) -> list[Any]:
         row: list[Any] = [getattr(g, f) for f in GPU_FIELDS]
@@ -82,7 +89,7 @@ def encode(x: Part, key: str) -> str:
         row[KEY] = [getattr(j.job, f) for f in KEY_FIELDS]
         return row
 
-    doc = {
+    head = {
         "format": FORMAT,
         "key": key,
         "start": x.days[0].start,
@@ -95,15 +102,18 @@ def encode(x: Part, key: str) -> str:
         "job_fields": JOB_FIELDS,
         "key_fields": KEY_FIELDS,
         "gpus": [gpu(g) for g in x.gpus],
-        "jobs": [job(j) for j in (x.jobs if isinstance(x.jobs, tuple) else ())],
     }
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    jobs = [job(j) for j in (x.jobs if isinstance(x.jobs, tuple) else ())]
+    dump = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+    return f"{dump(head)}\n{dump(jobs)}\n"
 
 
 def parse(text: str, d: Day, key: str) -> dict[str, Any]:
-    """A day's file, checked against the day and source it is read for (ValueError, TypeError,
-    KeyError or IndexError where it is not theirs)."""
-    doc = json.loads(text)
+    """A day's file, its first line parsed and checked against the day and source it is read for
+    (ValueError, TypeError, KeyError or IndexError where it is not theirs); ``jobs``: the second
+    line's text."""
+    first, newline, jobs = text.partition("\n")
+    doc = json.loads(first)
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     got = (doc["format"], doc["key"], doc["start"], doc["end"])
@@ -112,6 +122,9 @@ def parse(text: str, d: Day, key: str) -> dict[str, Any]:
     layout = (tuple(doc["gpu_fields"]), tuple(doc["job_fields"]), tuple(doc["key_fields"]))
     if layout != (GPU_FIELDS, JOB_FIELDS, KEY_FIELDS):
         raise ValueError("written by another version")
+    if not newline or not jobs.endswith("\n"):
+        raise ValueError("its job rows are cut short")
+    doc["jobs"] = jobs
     return doc
 
 

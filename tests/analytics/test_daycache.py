@@ -12,6 +12,7 @@ import json
 import logging
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -134,14 +135,27 @@ def test_another_source_or_setting_never_reads_the_days(hist: Path, tmp_path: Pa
 @pytest.mark.parametrize(
     "damage",
     [
-        lambda text: text[: len(text) // 2],  # cut short (a full disk)
+        lambda text: text[: len(text) // 2],  # cut short (a full disk), in the job rows
+        lambda text: text[: len(text.partition("\n")[0]) // 2],  # cut short in the GPU rows
+        lambda text: text[:-1],  # the job rows' line without its end
+        lambda text: text.partition("\n")[0],  # no job rows
         lambda text: "[]",
-        lambda text: text.replace('"format":1', '"format":99'),
+        lambda text: text.replace('"format":2', '"format":99'),
+        lambda text: _file({**json.loads(text.partition("\n")[0]), "format": 1}, _jobs(text)),  # the old layout
         lambda text: text.replace('"start":', '"start":1'),  # another day's figures under this day's name
-        lambda text: json.dumps({**json.loads(text), "gpus": [[1, 2]]}),
-        lambda text: json.dumps({**json.loads(text), "jobs": [[1, 2]]}),
+        lambda text: _file({**json.loads(text.partition("\n")[0]), "gpus": [[1, 2]]}, _jobs(text)),
     ],
-    ids=["truncated", "not-an-object", "other-format", "other-day", "bad-row", "bad-job-row"],
+    ids=[
+        "truncated",
+        "truncated-gpus",
+        "no-last-newline",
+        "no-job-rows",
+        "not-an-object",
+        "other-format",
+        "format-1",
+        "other-day",
+        "bad-row",
+    ],
 )
 def test_a_damaged_file_is_read_again_from_the_store(
     hist: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: object
@@ -159,27 +173,41 @@ def test_a_damaged_file_is_read_again_from_the_store(
     assert_same_week(got, inner.week(w))
     assert [r.getMessage() for r in caplog.records if path.name in r.getMessage()], caplog.text
     assert source.keep_days(w) == 1
-    json.loads(path.read_text())  # written whole
+    head, jobs = path.read_text().splitlines()  # written whole: two lines of JSON
+    assert json.loads(head)["format"] == 2 and isinstance(json.loads(jobs), list)
 
 
-def _damaged_job(text: str, where: int, value: object) -> str:
-    doc = json.loads(text)
-    assert doc["jobs"], "the day has job rows"
-    if where == LABELS_AT:
-        doc["jobs"][0][where] = value
+def _jobs(text: str) -> list[Any]:
+    rows: list[Any] = json.loads(text.split("\n")[1])
+    return rows
+
+
+def _file(head: dict[str, Any], jobs: object) -> str:
+    return f"{json.dumps(head)}\n{json.dumps(jobs)}\n"
+
+
+def _damaged_job(text: str, where: int | None, value: object) -> str:
+    jobs: Any = _jobs(text)
+    assert jobs, "the day has job rows"
+    if where is None:
+        jobs = value
+    elif where == LABELS_AT:
+        jobs[0][where] = value
     else:
-        doc["jobs"][0][where][0] = value
-    return json.dumps(doc)
+        jobs[0][where][0] = value
+    return _file(json.loads(text.split("\n")[0]), jobs)
 
 
 LABELS_AT, KEY_AT = JOB_FIELDS.index("labels"), JOB_FIELDS.index("job")
 
 
 @pytest.mark.parametrize(
-    ("where", "value"), [(KEY_AT, {"job_id": 1}), (LABELS_AT, [5])], ids=["unhashable-key", "bad-labels"]
+    ("where", "value"),
+    [(KEY_AT, {"job_id": 1}), (LABELS_AT, [5]), (None, [[1, 2]]), (None, {"rows": []})],
+    ids=["unhashable-key", "bad-labels", "short-job-row", "not-a-list"],
 )
 def test_job_rows_found_damaged_when_made_are_read_from_the_store(
-    hist: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, where: int, value: object
+    hist: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, where: int | None, value: object
 ) -> None:
     """A kept day's job rows are made only where the jobs are asked (a previous week's fleet
     figures need none): one found damaged then is named, its file deleted, the day's jobs read from
