@@ -169,7 +169,7 @@ def to_markdown(st: Statement) -> str:
 
 
 def markdown_chunks(st: Statement) -> Iterator[str]:
-    """The Markdown file line by line (each line with its newline but the last)."""
+    """The Markdown file line by line (a newline before each line but the first)."""
     head = [f"# {md_escape(title(st))}", "", md_escape(_period(st)), ""]
     if not st.complete:
         head += [f"**Incomplete:** {md_escape('; '.join(st.incomplete_reasons))}", ""]
