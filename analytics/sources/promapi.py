@@ -3,6 +3,7 @@ the part that Thanos, VictoriaMetrics and Mimir serve too: auth, TLS, timeouts, 
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -107,8 +108,12 @@ class PromAPI:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         auth = None
+        secrets = [token or ""]
         if s.username is not None and s.password is not None:
             auth = httpx.BasicAuth(s.username, s.password.get_secret_value())
+            basic = f"{s.username}:{s.password.get_secret_value()}".encode()
+            secrets += [s.password.get_secret_value(), base64.b64encode(basic).decode()]
+        self._secrets = sorted({x for x in secrets if x}, key=len, reverse=True)
         verify: bool | ssl.SSLContext = s.verify_tls
         if s.ca_file:
             try:
@@ -233,7 +238,7 @@ class PromAPI:
                 if status not in RETRYABLE:
                     with self._state:
                         self._fails = 0
-                    data = _data(redact(self.s.url) + path, status, body, kind)
+                    data = _data(redact(self.s.url) + path, status, body, kind, self._hide)
                     del body
                     self._held()
                     return data
@@ -282,6 +287,13 @@ class PromAPI:
                 self._readers -= 1
                 self._state.notify_all()
             r.close()
+
+    def _hide(self, text: str) -> str:
+        """``text`` without the credentials this client sends: a gateway that refuses them may quote
+        them back (vmauth: 'cannot find the provided auth token "Basic ..."')."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     def _too_big(self, req: httpx.Request, size: str) -> NoReturn:
         raise QueryError(
@@ -438,33 +450,40 @@ def _again(e: SourceUnavailable) -> SourceUnavailable:
     return type(e)(str(e))
 
 
-def _data(url: str, status: int, body: bytes, kind: str) -> dict[str, Any]:
-    """The ``data`` of an API answer, or one ``QueryError`` saying what was wrong with it."""
+def _data(url: str, status: int, body: bytes, kind: str, hide: Callable[[str], str]) -> dict[str, Any]:
+    """The ``data`` of an API answer, or one ``QueryError`` saying what was wrong with it; the
+    server's own words pass through ``hide`` (they may quote the credentials they were sent)."""
     try:
         answer = json.loads(body)
     except (ValueError, RecursionError):
         what = kind.split(";")[0] or "no content type"
-        raise QueryError(f"HTTP {status} from {url}: not JSON ({what}: {_excerpt(body)})") from None
+        raise QueryError(f"HTTP {status} from {url}: not JSON ({what}: {_excerpt(body, hide)})") from None
     if not isinstance(answer, dict):
         raise QueryError(f"HTTP {status} from {url}: not an API answer (a JSON {type(answer).__name__}, not an object)")
     if status != 200 or answer.get("status") != "success":
         error = answer.get("error")
         if not isinstance(error, str):
-            got = _excerpt(json.dumps(answer.get("status")).encode())
+            got = _excerpt(json.dumps(answer.get("status")).encode(), hide)
             raise QueryError(f"HTTP {status} from {url}: status {got}, and no error message")
         etype = answer.get("errorType")
-        raise QueryError(f"{etype if isinstance(etype, str) else f'HTTP {status}'}: {error[:500]}")
+        etype = hide(etype) if isinstance(etype, str) else f"HTTP {status}"
+        raise QueryError(f"{etype[:100]}: {hide(error)[:500]}")
     data = answer.get("data")
     if not isinstance(data, dict):
         raise QueryError(f"unexpected answer from {url}: 'data' is {_what(data)}, not an object")
     return data
 
 
-def _excerpt(body: bytes, n: int = 80) -> str:
-    """The start of a body, printable and short."""
-    text = body[:n].decode("utf-8", "replace")
-    text = "".join(c if c.isprintable() else " " for c in text).strip()
-    return repr(text + ("..." if len(body) > n else ""))
+EXCERPT_WINDOW = 1 << 16  # bytes of a body searched for secrets before its start is quoted
+
+
+def _excerpt(body: bytes, hide: Callable[[str], str], n: int = 80) -> str:
+    """The start of a body, printable and short, hidden before it is cut (a secret cut in two
+    would not be found)."""
+    text = hide(body[:EXCERPT_WINDOW].decode("utf-8", "replace"))
+    more = len(text) > n or len(body) > EXCERPT_WINDOW
+    text = "".join(c if c.isprintable() else " " for c in text[:n]).strip()
+    return repr(text + ("..." if more else ""))
 
 
 def _what(v: object) -> str:

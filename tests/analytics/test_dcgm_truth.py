@@ -15,6 +15,7 @@ GPU-hours per namespace and per job."""
 
 from __future__ import annotations
 
+import base64
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,10 +26,12 @@ from analytics.config import FullSettings, PrometheusSettings
 from analytics.cost import CostModel
 from analytics.daycache import DayCached
 from analytics.report.build import build, job_key
+from analytics.sources import SourceUnavailable
 from analytics.sources.dcgm import DcgmSource
 from analytics.sources.dcgm.queries import CHEAP_KINDS, EXACT_KINDS
 from analytics.sources.dcgm.rows import GR_ENGINE
 from analytics.sources.dcgm.stalls import SPANS_PER_CHUNK
+from analytics.sources.promapi import QueryError
 from analytics.statements.job import job_figures
 from analytics.statements.statement import statement
 from analytics.synthetic_dcgm import DcgmFleet, Truth, kubernetes_fleet, slurm_fleet
@@ -38,7 +41,7 @@ from tests.support.clock import ANCHOR
 from tests.support.conservation import assert_conserves
 from tests.support.daycache import assert_same_week
 from tests.support.prometheus import PrometheusServer
-from tests.support.victoria import VictoriaMetricsServer
+from tests.support.victoria import VictoriaMetricsServer, VmAuthGateway
 
 pytestmark = pytest.mark.integration  # a real Prometheus and VictoriaMetrics
 
@@ -103,13 +106,13 @@ def victoria(fleets: list[DcgmFleet], tmp_path_factory: pytest.TempPathFactory) 
     server.stop()
 
 
-def source(url: str) -> DcgmSource:
-    return DcgmSource(PrometheusSettings(url=url, dcgm_scrape_interval=INTERVAL, kube_state_metrics=False))
+def source(url: str, **auth: str) -> DcgmSource:
+    return DcgmSource(PrometheusSettings(url=url, dcgm_scrape_interval=INTERVAL, kube_state_metrics=False, **auth))
 
 
-def read(url: str, *, jobs: bool = True) -> tuple[WeekData, int]:
+def read(url: str, *, jobs: bool = True, **auth: str) -> tuple[WeekData, int]:
     """The window from the dcgm source at ``url``, and the queries it sent."""
-    s = source(url)
+    s = source(url, **auth)
     try:
         with s.api.report():
             return s.week(WINDOW, jobs=jobs), s.api.queries
@@ -256,6 +259,31 @@ def test_kept_days_give_the_window_read_at_once(store: tuple[str, str, WeekData,
 def test_without_jobs(prometheus: PrometheusServer, truth: Truth) -> None:
     data, _ = read(prometheus.url, jobs=False)
     assert data.jobs == () and len(data.gpus) == len(truth.gpu)
+
+
+def test_behind_a_gateway_with_a_path_prefix_and_basic_auth(victoria: VictoriaMetricsServer, tmp_path: Path) -> None:
+    """The analytics pointed at a query gateway's URL with a path (Mimir's frontend at /prometheus,
+    Grafana Cloud's /api/prom): here Debian's vmauth, which lets only the credentials through and
+    only to paths under the prefix, in front of VictoriaMetrics (which answers under /prometheus
+    too). Every query goes under the prefix with the credentials: the week is the one read from the
+    store directly. Wrong credentials, or the prefix dropped, are refused, never read as no data."""
+    gateway = VmAuthGateway(tmp_path, victoria.url, "/prometheus", "fleet", "s3cret")
+    try:
+        direct, n = read(victoria.url)
+        through, m = read(gateway.url, username="fleet", password="s3cret")
+        assert m == n and through.gpus and through.problems == ()
+        assert_same_week(through, direct)
+        said = []
+        for url, password in ((gateway.url, "wrong"), (gateway.url.removesuffix("/prometheus"), "s3cret")):
+            with pytest.raises((QueryError, SourceUnavailable), match=r"HTTP 40[01]") as refused:
+                read(url, username="fleet", password=password)
+            said.append(str(refused.value))
+        wrong, no_prefix = said
+        assert 'auth token "Basic ***"' in wrong, wrong  # vmauth quotes the Authorization it was sent: hidden
+        assert base64.b64encode(b"fleet:wrong").decode() not in wrong
+        assert f"{gateway.url.removesuffix('/prometheus')}/api/v1/query" in no_prefix, no_prefix
+    finally:
+        gateway.stop()
 
 
 def test_gpuledger_job_and_statement_on_dcgm_series(prometheus: PrometheusServer, truth: Truth) -> None:

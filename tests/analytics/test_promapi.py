@@ -3,6 +3,7 @@ auth (its own web config), and the bearer token as a header."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import ssl
 import subprocess
@@ -88,6 +89,49 @@ def test_refusals_are_clear(secure: tuple[str, Path]) -> None:
     no_ca = closing(_api(url, username="reports", password="s3cret"))
     with no_ca as api, pytest.raises(SourceUnavailable, match="CERTIFICATE_VERIFY_FAILED"):  # the certificate fails
         api.query("vector(1)", time.time())
+
+
+TOKEN = "eyJhbGciOiJIUzI1NiJ9." + hashlib.sha256(b"token").hexdigest() * 24  # a long bearer token (a JWT)
+
+
+@pytest.mark.parametrize(
+    ("auth", "secrets"),
+    [
+        ({"username": "fleet", "password": "correct horse"}, ["correct horse", "ZmxlZXQ6Y29ycmVjdCBob3JzZQ=="]),
+        ({"bearer_token": TOKEN}, [TOKEN, TOKEN[40:120]]),
+    ],
+    ids=["basic", "bearer"],
+)
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda auth: httpx.Response(401, text=f'cannot find the provided auth token "{auth}" in config'),
+        lambda auth: httpx.Response(400, text="x" * 60 + auth),  # the secret across the excerpt's cut
+        lambda auth: httpx.Response(403, json={"status": "error", "errorType": "auth", "error": f"denied: {auth}"}),
+        lambda auth: httpx.Response(200, json={"status": auth}),
+    ],
+    ids=["text", "text-at-the-cut", "json-error", "json-status"],
+)
+def test_a_server_quoting_the_credentials_back_never_gets_them_printed(
+    auth: dict[str, str], secrets: list[str], answer: object
+) -> None:
+    """A gateway that refuses credentials may quote them (vmauth: 'cannot find the provided auth
+    token "Basic ..."'): the error names the refusal with the credentials as ***, none of them whole
+    or cut."""
+
+    def server(request: httpx.Request) -> httpx.Response:
+        return answer(request.headers["Authorization"])  # type: ignore[operator,no-any-return]
+
+    api = PromAPI(
+        PrometheusSettings(url="http://gateway.invalid/prometheus", retries=0, **auth),
+        transport=httpx.MockTransport(server),
+    )
+    with closing(api), pytest.raises(QueryError) as e:
+        api.query("up", 0)
+    said = str(e.value)
+    assert "***" in said, said
+    for secret in secrets:
+        assert secret not in said and secret[:12] not in said, said
 
 
 def test_bearer_token_from_settings_or_file(tmp_path: Path) -> None:

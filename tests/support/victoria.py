@@ -6,6 +6,7 @@ then ``/internal/force_flush`` makes it searchable. It answers ``/api/v1/query``
 
 from __future__ import annotations
 
+import json
 import subprocess
 import urllib.request
 from collections.abc import Iterable
@@ -80,4 +81,40 @@ class VictoriaMetricsServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log.close()
+
+
+class VmAuthGateway:
+    """Debian's vmauth in front of ``upstream``: only ``user:password`` gets through, and only to
+    paths under ``prefix`` (the request's path is passed on whole). The shape of a query gateway with
+    a path prefix: Mimir's query frontend at ``/prometheus``, Grafana Cloud's ``/api/prom``; a client
+    that drops the prefix or the credentials is refused."""
+
+    def __init__(self, workdir: Path, upstream: str, prefix: str, user: str, password: str) -> None:
+        binary = require_binary("vmauth")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}{prefix}"
+        cfg = workdir / "vmauth.yml"
+        cfg.write_text(
+            "users:\n"
+            f"  - username: {json.dumps(user)}\n"
+            f"    password: {json.dumps(password)}\n"
+            "    url_map:\n"
+            f"      - src_paths: [{json.dumps(prefix + '/api/v1/.+')}]\n"
+            f"        url_prefix: {json.dumps(upstream)}\n"
+        )
+        self.log = (workdir / "vmauth.log").open("w")
+        self.proc = subprocess.Popen(
+            [binary, f"-auth.config={cfg}", f"-httpListenAddr=127.0.0.1:{self.port}"],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        if not wait_until(lambda: http_get(f"http://127.0.0.1:{self.port}/health", timeout=1)[0] == 200, 30):
+            self.stop()
+            raise AssertionError("vmauth did not become ready")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=15)
         self.log.close()
