@@ -18,10 +18,6 @@ def md_escape(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", visible(" ".join(text.splitlines())))
 
 
-def _md_table(headers: list[str], rows: list[list[str]], numeric: list[bool]) -> list[str]:
-    return list(md_table_lines(headers, rows, numeric))
-
-
 def md_table_lines(headers: list[str], rows: Iterable[list[str]], numeric: list[bool]) -> Iterator[str]:
     """A Markdown table line by line, each row's line made as it is asked."""
 
@@ -43,10 +39,10 @@ def to_markdown(report: Report) -> str:
     if r.example_prices:
         out += [f"> **{md_escape(EXAMPLE_PRICES)}**", ""]
     out += ["## Headline", "", md_escape(summary(r)), ""]
-    out += [*_md_table(["Figure", "Value"], [list(kv) for kv in headline(r)], [False, True]), ""]
+    out += [*md_table_lines(["Figure", "Value"], [list(kv) for kv in headline(r)], [False, True]), ""]
     for t in tables(r):
         out += [f"## {md_escape(t.title)}", ""]
-        out += [*_md_table(t.headers, t.rows, t.numeric()), ""] if t.rows else [md_escape(t.empty), ""]
+        out += [*md_table_lines(t.headers, t.rows, t.numeric()), ""] if t.rows else [md_escape(t.empty), ""]
     for heading, items in (("Approximations", r.approximations), ("Notes", r.notes)):
         if items:
             out += [f"## {heading}", "", *(f"- {md_escape(x)}" for x in items), ""]

@@ -4,7 +4,6 @@ the part that Thanos, VictoriaMetrics and Mimir serve too: auth, TLS, timeouts, 
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import math
 import os
@@ -22,7 +21,8 @@ import httpcore
 import httpx
 
 from analytics.config import PrometheusSettings
-from analytics.sources.base import PartFailed, SourceUnavailable
+from analytics.sources.base import SourceUnavailable
+from analytics.sources.promanswer import QueryError, Shape, data_of
 from daemonkit.settings import ConfigError
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,6 @@ def label_value(v: str) -> str:
 def rng(seconds: float) -> str:
     """A PromQL range of at least ``seconds`` (whole seconds)."""
     return f"{max(1, math.ceil(seconds))}s"
-
-
-class QueryError(PartFailed):
-    """The server answered, and refused this query (bad PromQL, too much data, ...)."""
 
 
 class DeadlinePassed(SourceUnavailable):
@@ -145,7 +141,7 @@ class PromAPI:
     def query(self, expr: str, at: float) -> list[Series]:
         path = "/api/v1/query"
         data = self._get(path, {"query": expr, "time": f"{at:.3f}"})
-        shape = _Shape(self.s.url + path)
+        shape = Shape(redact(self.s.url) + path)
         return [Series(shape.metric(r, i), shape.value(r.get("value"), i)) for i, r in shape.result(data, "vector")]
 
     def query_many(self, queries: Sequence[tuple[str, float]]) -> list[list[Series]]:
@@ -176,7 +172,7 @@ class PromAPI:
         data = self._get(
             "/api/v1/query_range", {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
         )
-        shape = _Shape(self.s.url + "/api/v1/query_range")
+        shape = Shape(redact(self.s.url) + "/api/v1/query_range")
         out = []
         for i, r in shape.result(data, "matrix"):
             values = r.get("values")
@@ -238,7 +234,7 @@ class PromAPI:
                 if status not in RETRYABLE:
                     with self._state:
                         self._fails = 0
-                    data = _data(redact(self.s.url) + path, status, body, kind, self._hide)
+                    data = data_of(redact(self.s.url) + path, status, body, kind, self._hide)
                     del body
                     self._held()
                     return data
@@ -448,102 +444,3 @@ class _DeadlineStream(httpcore.NetworkStream):
 def _again(e: SourceUnavailable) -> SourceUnavailable:
     """The same error, a new instance (each thread raises its own)."""
     return type(e)(str(e))
-
-
-def _data(url: str, status: int, body: bytes, kind: str, hide: Callable[[str], str]) -> dict[str, Any]:
-    """The ``data`` of an API answer, or one ``QueryError`` saying what was wrong with it; the
-    server's own words pass through ``hide`` (they may quote the credentials they were sent)."""
-    try:
-        answer = json.loads(body)
-    except (ValueError, RecursionError):
-        what = kind.split(";")[0] or "no content type"
-        raise QueryError(f"HTTP {status} from {url}: not JSON ({what}: {_excerpt(body, hide)})") from None
-    if not isinstance(answer, dict):
-        raise QueryError(f"HTTP {status} from {url}: not an API answer (a JSON {type(answer).__name__}, not an object)")
-    if status != 200 or answer.get("status") != "success":
-        error = answer.get("error")
-        if not isinstance(error, str):
-            got = _excerpt(json.dumps(answer.get("status")).encode(), hide)
-            raise QueryError(f"HTTP {status} from {url}: status {got}, and no error message")
-        etype = answer.get("errorType")
-        etype = hide(etype) if isinstance(etype, str) else f"HTTP {status}"
-        raise QueryError(f"{etype[:100]}: {hide(error)[:500]}")
-    data = answer.get("data")
-    if not isinstance(data, dict):
-        raise QueryError(f"unexpected answer from {url}: 'data' is {_what(data)}, not an object")
-    return data
-
-
-EXCERPT_WINDOW = 1 << 16  # bytes of a body searched for secrets before its start is quoted
-
-
-def _excerpt(body: bytes, hide: Callable[[str], str], n: int = 80) -> str:
-    """The start of a body, printable and short, hidden before it is cut (a secret cut in two
-    would not be found)."""
-    text = hide(body[:EXCERPT_WINDOW].decode("utf-8", "replace"))
-    more = len(text) > n or len(body) > EXCERPT_WINDOW
-    text = "".join(c if c.isprintable() else " " for c in text[:n]).strip()
-    return repr(text + ("..." if more else ""))
-
-
-def _what(v: object) -> str:
-    return "missing" if v is None else f"a {type(v).__name__}"
-
-
-class _Shape:
-    """Checks the parts of ``data`` a query reads; each failure is one ``QueryError`` naming the URL."""
-
-    def __init__(self, url: str) -> None:
-        self.url = redact(url)
-
-    def wrong(self, what: str) -> NoReturn:
-        raise QueryError(f"unexpected answer from {self.url}: {what}")
-
-    def result(self, data: dict[str, Any], kind: str) -> list[tuple[int, dict[str, Any]]]:
-        got = data.get("resultType")
-        if got != kind:
-            self.wrong(f"resultType is {got!r:.40}, expected {kind!r}")
-        result = data.get("result")
-        if not isinstance(result, list):
-            self.wrong(f"result is {_what(result)}, not a list")
-        for i, r in enumerate(result):
-            if not isinstance(r, dict):
-                self.wrong(f"result[{i}] is {_what(r)}, not an object")
-        return list(enumerate(result))
-
-    def metric(self, r: dict[str, Any], i: int) -> dict[str, str]:
-        m = r.get("metric")
-        try:  # a JSON object's names are strings; its values: joined, they must be too
-            if type(m) is dict:
-                "".join(m.values())
-                return m
-        except TypeError:
-            pass
-        self.wrong(f"result[{i}].metric is {_what(m)}, not an object of label names and values")
-
-    def value(self, p: object, i: int) -> float:
-        """An instant vector's value; the common case (a number as a string) without a detour."""
-        if type(p) is list and len(p) == 2 and type(p[1]) is str:
-            try:
-                t, v = p[0], float(p[1])
-            except ValueError:
-                pass
-            else:
-                if type(t) in (int, float) and math.isfinite(t) and (v == v or p[1].strip().lower() == "nan"):
-                    return v
-        return self.point(p, f"result[{i}].value")[1]
-
-    def point(self, p: object, where: str) -> tuple[float, float]:
-        if not isinstance(p, list) or len(p) != 2:
-            self.wrong(f"{where} is {_what(p)}, not [time, value]")
-        t, v = p
-        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
-            self.wrong(f"{where}: time {t!r:.40} is not a number")
-        number = isinstance(v, int | float) and not isinstance(v, bool)
-        try:
-            value = float(v) if isinstance(v, str) or number else math.nan  # the API sends strings
-        except ValueError:
-            value = math.nan
-        if math.isnan(value) and not number and not (isinstance(v, str) and v.strip().lower() == "nan"):
-            self.wrong(f"{where}: value {v!r:.40} is not a number")
-        return float(t), value

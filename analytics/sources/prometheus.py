@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from analytics.config import PrometheusSettings
 from analytics.sources import counters, rollups
 from analytics.sources.base import GpuFigures, JobFigures, SourceUnavailable, Span, energy_measure, mig_busy_measure
-from analytics.sources.promapi import PromAPI, QueryError, label_value, rng
+from analytics.sources.promanswer import QueryError
+from analytics.sources.promapi import PromAPI, label_value, rng
 from analytics.sources.promql import JOB_LOOKBACK_DAYS, RECORD_ROLLUPS, PromQLSource
 from domain.jobs import JobKey
 from domain.week import GpuDay, GpuWeek, JobWeek, Window, days, job_clusters

@@ -23,7 +23,8 @@ from analytics.config import PrometheusSettings
 from analytics.sources import kubernetes
 from analytics.sources.base import GpuFigures, JobRecords, Labels, PodKey, QueuePart, SchedulerJob, Slurm, Span
 from analytics.sources.enrich import Enriched
-from analytics.sources.promapi import PromAPI, QueryError, Series, label_value, rng
+from analytics.sources.promanswer import QueryError
+from analytics.sources.promapi import PromAPI, Series, label_value, rng
 from domain import states
 from domain.jobs import CLUSTER_SEP
 from domain.week import BenchRun, BenchWeek, FailureWeek, QueueWeek, ScalingPoint, ScalingRun, Window, days

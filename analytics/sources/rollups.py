@@ -19,7 +19,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from analytics.sources.counters import DayGrowth, DayTotals, by_uuid, missing_labels
-from analytics.sources.promapi import PromAPI, QueryError, label_value, rng
+from analytics.sources.promanswer import QueryError
+from analytics.sources.promapi import PromAPI, label_value, rng
 from domain.week import Window, days
 
 BUCKET = 300.0  # the 5-minute rollups' bucket: their groups' interval, seconds

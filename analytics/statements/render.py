@@ -19,7 +19,7 @@ import jinja2
 
 from analytics.report.csvio import neutralise
 from analytics.report.html import TEMPLATES
-from analytics.report.markdown import _md_table, md_escape, md_table_lines
+from analytics.report.markdown import md_escape, md_table_lines
 from analytics.report.output import write_atomic
 from analytics.report.text import DASH, co2e, hours, kwh, money, pct
 from analytics.statements.job import JobFigures, stalled_share
@@ -173,7 +173,7 @@ def markdown_chunks(st: Statement) -> Iterator[str]:
     head = [f"# {md_escape(title(st))}", "", md_escape(_period(st)), ""]
     if not st.complete:
         head += [f"**Incomplete:** {md_escape('; '.join(st.incomplete_reasons))}", ""]
-    head += ["## Totals", "", *_md_table(["Figure", "Value"], [list(kv) for kv in summary(st)], [False, True]), ""]
+    head += ["## Totals", "", *md_table_lines(["Figure", "Value"], [list(kv) for kv in summary(st)], [False, True]), ""]
     if st.advice:
         head += ["## Scaling", "", *(f"- {md_escape(a)}" for a in st.advice), ""]
     head += ["## Jobs", ""]

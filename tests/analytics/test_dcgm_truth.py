@@ -31,7 +31,7 @@ from analytics.sources.dcgm import DcgmSource
 from analytics.sources.dcgm.queries import CHEAP_KINDS, EXACT_KINDS
 from analytics.sources.dcgm.rows import GR_ENGINE
 from analytics.sources.dcgm.stalls import SPANS_PER_CHUNK
-from analytics.sources.promapi import QueryError
+from analytics.sources.promanswer import QueryError
 from analytics.statements.job import job_figures
 from analytics.statements.statement import statement
 from analytics.synthetic_dcgm import DcgmFleet, Truth, kubernetes_fleet, slurm_fleet

@@ -19,7 +19,8 @@ import pytest
 
 from analytics.config import PrometheusSettings
 from analytics.sources import SourceUnavailable
-from analytics.sources.promapi import PromAPI, QueryError
+from analytics.sources.promanswer import QueryError
+from analytics.sources.promapi import PromAPI
 from tests.support.http import free_port, make_cert
 from tests.support.tools import require_binary
 from tests.support.wait import wait_until

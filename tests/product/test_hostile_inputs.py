@@ -16,7 +16,8 @@ import pytest
 
 from analytics.config import PrometheusSettings
 from analytics.sources import counters
-from analytics.sources.promapi import PromAPI, QueryError, label_value, redact
+from analytics.sources.promanswer import QueryError
+from analytics.sources.promapi import PromAPI, label_value, redact
 from daemonkit.settings import ConfigError
 from exporter.readers.capture import CaptureError, load
 from exporter.readers.replay import ReplayReader

@@ -22,7 +22,8 @@ from analytics.sources.dcgm import rows, stalls
 from analytics.sources.dcgm.figures import Again, Figures, Options
 from analytics.sources.dcgm.labels import GROUP, HPC_JOB, POD_SETS, POWER, uuid_of
 from analytics.sources.dcgm.queries import CHEAP_KINDS, Only, Queries, Reread
-from analytics.sources.promapi import PromAPI, QueryError, Series, label_value
+from analytics.sources.promanswer import QueryError
+from analytics.sources.promapi import PromAPI, Series, label_value
 from analytics.sources.promql import JOB_LOOKBACK_DAYS, PromQLSource
 from domain.week import Window, days
 from exporter.sampling.stalls import StallRule
