@@ -136,7 +136,11 @@ def test_two_nodes_with_two_runs_each(tmp_path: Path, monkeypatch: pytest.Monkey
         two = rows_of(doc)[2]
         assert doc["method"] == "two runs" and two["nodes"] == 2
         assert [run["steps"] for run in two["runs"]] == [110, 10]
-        assert 0.03 < two["step_seconds"] < 0.12, two  # 0.05 s a step; the start-up cancels
+        long, short = (run["seconds"] for run in two["runs"])
+        assert two["step_seconds"] == pytest.approx((long - short) / 100)  # the start-up cancels
+        # 0.05 s a step; torchrun's start-up on a loaded 2-core machine differs by seconds between
+        # the two runs (0.139 s a step once in CI): a sanity bound, the line above is the check
+        assert 0.03 < two["step_seconds"] < 0.3, two
 
 
 @pytest.mark.integration
