@@ -18,9 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from analytics import report as rpt
 from analytics.config import FullSettings, overrides_from
-from analytics.pipeline import describe, fewer_collections, make_report, make_source, out_dir
 from analytics.report.useful import label as useful_label
 from analytics.sources import Source, SourceUnavailable
 from daemonkit.argcheck import writable_dir
@@ -117,6 +115,10 @@ def _window(args: argparse.Namespace, s: FullSettings) -> Window:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    # the report's pipeline and renderers are imported here, not with the flags (``--help``, a bad flag)
+    from analytics.pipeline import describe, fewer_collections, make_report, make_source, out_dir
+    from analytics.report.output import write
+
     try:
         s = settings_from(args)
         _logging(s.log_level)
@@ -136,7 +138,7 @@ def run_report(args: argparse.Namespace) -> int:
         return 1
     try:
         with fewer_collections():  # tens of thousands of rows rendered
-            files = rpt.write(r, s.analytics.formats, folder)
+            files = write(r, s.analytics.formats, folder)
         if getattr(args, "focus", False):
             files += _write_focus(source, window, s, folder)
     except SourceUnavailable as e:
@@ -198,6 +200,7 @@ STARTUP_ERRORS = (ConfigError, SourceUnavailable, OSError)
 
 def run_analytics(args: argparse.Namespace) -> int:
     from analytics.daemon import Analytics
+    from analytics.pipeline import out_dir
 
     s: FullSettings | None = None
     try:

@@ -8,15 +8,12 @@ import re
 import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from analytics.report.csvio import to_csv
-from analytics.report.html import to_html
-from analytics.report.jsonio import to_json
-from analytics.report.markdown import to_markdown
-from analytics.report.model import Report
+if TYPE_CHECKING:
+    from analytics.report.model import Report
 
 FORMATS = ("json", "csv", "md", "html")
-_SINGLE: dict[str, Callable[[Report], str]] = {"json": to_json, "md": to_markdown, "html": to_html}
 
 
 def _safe(week: str) -> str:
@@ -61,6 +58,13 @@ def write(report: Report, formats: list[str], out_dir: Path) -> list[Path]:
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         raise ValueError(f"unknown report format {', '.join(map(repr, unknown))}; choose from {', '.join(FORMATS)}")
+    # the renderers are imported on the first write, not with FORMATS (which the settings check)
+    from analytics.report.csvio import to_csv
+    from analytics.report.html import to_html
+    from analytics.report.jsonio import to_json
+    from analytics.report.markdown import to_markdown
+
+    single: dict[str, Callable[[Report], str | Iterable[str]]] = {"json": to_json, "md": to_markdown, "html": to_html}
     out_dir.mkdir(parents=True, exist_ok=True)
     stem, written = f"gpuledger-{_safe(report.week)}", []
     for fmt in dict.fromkeys(formats):
@@ -72,6 +76,6 @@ def write(report: Report, formats: list[str], out_dir: Path) -> list[Path]:
                 written.append(folder / name)
         else:
             path = out_dir / f"{stem}.{fmt}"
-            write_atomic(path, _SINGLE[fmt](report))
+            write_atomic(path, single[fmt](report))
             written.append(path)
     return written
