@@ -130,14 +130,17 @@ def test_two_nodes_measure_alone_then_together_and_agree(tmp_path: Path, monkeyp
 def test_two_nodes_with_two_runs_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """{steps}: the two runs of each N meet in a rendezvous of their own (run ids -0 and -1)."""
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
-    nodes = _two_nodes(tmp_path, ["--gpus", "1", "--steps", "10,110", "--timeout", "240"], ["--steps", "{steps}"])
+    # 300 steps between the runs, 15 s: both nodes' one-node runs start at once on a loaded 2-core
+    # machine, and their start-ups once differed by more than 100 steps' 5 s (the run then refuses
+    # to divide, rightly: "took no longer than those with 10")
+    nodes = _two_nodes(tmp_path, ["--gpus", "1", "--steps", "10,310", "--timeout", "240"], ["--steps", "{steps}"])
     for r, doc in nodes:
         assert r.returncode == 0, r.stderr[-3000:]
         two = rows_of(doc)[2]
         assert doc["method"] == "two runs" and two["nodes"] == 2
-        assert [run["steps"] for run in two["runs"]] == [110, 10]
+        assert [run["steps"] for run in two["runs"]] == [310, 10]
         long, short = (run["seconds"] for run in two["runs"])
-        assert two["step_seconds"] == pytest.approx((long - short) / 100)  # the start-up cancels
+        assert two["step_seconds"] == pytest.approx((long - short) / 300)  # the start-up cancels
         # 0.05 s a step; torchrun's start-up on a loaded 2-core machine differs by seconds between
         # the two runs (0.139 s a step once in CI): a sanity bound, the line above is the check
         assert 0.03 < two["step_seconds"] < 0.3, two
