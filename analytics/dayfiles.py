@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from analytics.sources.base import GpuFigures
-from domain.frozen import construct
+from domain.frozen import construct, of_fields
 from domain.jobs import JobKey
 from domain.week import Day, GpuDay, GpuWeek, JobWeek, Window
 
@@ -53,18 +53,18 @@ class JobRows:
             rows = json.loads(self._text)
             if not isinstance(rows, list):
                 raise ValueError("the job rows are not a list")
-            for row in rows:  # the rest of a row that is not whole fails below
-                if len(row) != len(JOB_FIELDS) or len(row[KEY]) != len(KEY_FIELDS):
-                    raise ValueError(f"a job row of {len(row)} fields")
             keys: dict[tuple[Any, ...], JobKey] = {}  # a job's key once for its rows on each of its GPUs
-
-            def job(row: list[Any]) -> JobWeek:
+            n, n_key, out = len(JOB_FIELDS), len(KEY_FIELDS), []
+            for row in rows:  # the rest of a row that is not whole fails below
+                if len(row) != n or len(row[KEY]) != n_key:
+                    raise ValueError(f"a job row of {len(row)} fields")
                 k = tuple(row[KEY])
-                row[KEY] = keys.get(k) or keys.setdefault(k, JobKey(*k))
+                if (key := keys.get(k)) is None:
+                    key = keys[k] = JobKey(*k)
+                row[KEY] = key
                 row[LABELS] = tuple(map(tuple, row[LABELS])) if row[LABELS] else ()
-                return construct(JobWeek, dict(zip(JOB_FIELDS, row, strict=True)))
-
-            self._made, self._text = tuple(map(job, rows)), None
+                out.append(of_fields(JobWeek, dict(zip(JOB_FIELDS, row, strict=True))))  # every field, no other
+            self._made, self._text = tuple(out), None
         return self._made
 
 

@@ -45,3 +45,12 @@ def construct(cls: type[T], values: dict[str, Any]) -> T:
     new = object.__new__(cls)
     new.__dict__.update(values)
     return new
+
+
+def of_fields(cls: type[T], values: dict[str, Any]) -> T:
+    """``construct`` for a caller whose ``values`` are known to name every field and no other (a
+    row checked to have one value per field, zipped with the field names): without the check,
+    240,000 job rows of a kept week are made in 0.5 s less (docs/performance.md)."""
+    new = object.__new__(cls)
+    object.__setattr__(new, "__dict__", values)
+    return new
