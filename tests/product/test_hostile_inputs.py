@@ -18,6 +18,7 @@ from analytics.config import PrometheusSettings
 from analytics.sources import counters
 from analytics.sources.promanswer import QueryError
 from analytics.sources.promapi import PromAPI, label_value, redact
+from daemonkit.logs import NOISY
 from daemonkit.settings import ConfigError
 from exporter.readers.capture import CaptureError, load
 from exporter.readers.replay import ReplayReader
@@ -256,6 +257,8 @@ def test_credentials_in_the_url_are_sent_but_never_logged(
     fake: FakePrometheus, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)  # httpx logs every request URL at INFO, httpcore more at DEBUG
+    for noisy in NOISY:  # which an earlier test in this process may have quietened (setup_logging)
+        caplog.set_level(logging.DEBUG, logger=noisy)
     secret = "s3cr3t"
     basic = base64.b64encode(b"admin:" + secret.encode()).decode()
     api = api_for(fake)
