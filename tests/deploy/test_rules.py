@@ -14,7 +14,7 @@ import yaml
 from analytics.metrics import families
 from exporter.scrape.table import METRICS
 from tests.support.paths import REPO
-from tests.support.tools import require_binary
+from tests.support.tools import promtool_env, require_binary
 
 PROM = REPO / "deploy" / "prometheus"
 RULE_FILES = sorted((PROM / "rules").glob("*.yml"))
@@ -24,7 +24,12 @@ ALERTS_DOC = REPO / "docs" / "alerts.md"
 
 def promtool(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [require_binary("promtool"), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+        [require_binary("promtool"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=promtool_env(),
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.http import free_port, http_get
-from tests.support.tools import require_binary
+from tests.support.tools import promtool_env, require_binary
 from tests.support.wait import wait_until
 
 CACHE_ENV = "GPULEDGER_TEST_BLOCKS"  # a folder shared by the run's workers (tests/conftest.py sets it)
@@ -28,7 +28,9 @@ def _backfill(openmetrics: Path, data: Path) -> None:
 
     def create(out: Path) -> None:
         cmd = [promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h"]
-        subprocess.run([*cmd, str(openmetrics), str(out)], check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [*cmd, str(openmetrics), str(out)], check=True, capture_output=True, timeout=600, env=promtool_env()
+        )
 
     cache = os.environ.get(CACHE_ENV)
     if not cache:

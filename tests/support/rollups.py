@@ -14,7 +14,7 @@ from domain.week import Window
 from tests.support.fleet import prometheus
 from tests.support.paths import REPO
 from tests.support.prometheus import PrometheusServer
-from tests.support.tools import require_binary
+from tests.support.tools import promtool_env, require_binary
 
 RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuledger-rollups.yml"
 HOURLY_RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuledger-rollups-1h.yml"
@@ -44,6 +44,7 @@ def backfill_rollups(url: str, w: Window, folder: Path, rules: Path = RULES, int
         text=True,
         timeout=600,
         cwd=folder,
+        env=promtool_env(),
     )
     assert res.returncode == 0, res.stdout + res.stderr
     return out
