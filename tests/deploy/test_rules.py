@@ -14,7 +14,7 @@ import yaml
 from analytics.metrics import families
 from exporter.scrape.table import METRICS
 from tests.support.paths import REPO
-from tests.support.tools import promtool_env, require_binary
+from tests.support.tools import promtool as run_promtool
 
 PROM = REPO / "deploy" / "prometheus"
 RULE_FILES = sorted((PROM / "rules").glob("*.yml"))
@@ -23,14 +23,7 @@ ALERTS_DOC = REPO / "docs" / "alerts.md"
 
 
 def promtool(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [require_binary("promtool"), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env=promtool_env(),
-    )
+    return run_promtool(list(args), capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
 def load(path: Path) -> Any:

@@ -85,9 +85,8 @@ def test_the_docs_show_commands_at_all() -> None:
 @pytest.mark.parametrize(("c", "argv"), _gpuledger_commands(), ids=_where)
 def test_every_gpuledger_command_in_the_docs_parses(c: DocCommand, argv: list[str]) -> None:
     parser = build_parser()
-    if (
-        c.inline and len(argv) == 1 and not argv[0].startswith("-")
-    ):  # prose naming a command ("see `gpuledger job`"): it exists
+    names_a_command = c.inline and len(argv) == 1 and not argv[0].startswith("-")
+    if names_a_command:  # prose naming a command ("see `gpuledger job`"): it exists
         sub = next(a for a in parser._actions if a.dest == "command")
         assert argv[0] in (sub.choices or {}), f"{c.where}: no command {argv[0]!r}"
         return

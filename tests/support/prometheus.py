@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.http import free_port, http_get
-from tests.support.tools import promtool_env, require_binary
+from tests.support.tools import promtool, require_binary
 from tests.support.wait import wait_until
 
 CACHE_ENV = "GPULEDGER_TEST_BLOCKS"  # a folder shared by the run's workers (tests/conftest.py sets it)
@@ -24,19 +24,17 @@ def _backfill(openmetrics: Path, data: Path) -> None:
     synthetic fleet: where ``$GPULEDGER_TEST_BLOCKS`` names a folder, each distinct file becomes
     blocks once a run (under a lock: the workers never build one twice) and each server gets a copy
     (not links: Prometheus compacts and deletes the blocks of its data folder)."""
-    promtool = require_binary("promtool")
+    binary = require_binary("promtool")
 
     def create(out: Path) -> None:
-        cmd = [promtool, "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h"]
-        subprocess.run(
-            [*cmd, str(openmetrics), str(out)], check=True, capture_output=True, timeout=600, env=promtool_env()
-        )
+        cmd = ["tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h"]
+        promtool([*cmd, str(openmetrics), str(out)], check=True, capture_output=True, timeout=600)
 
     cache = os.environ.get(CACHE_ENV)
     if not cache:
         create(data)
         return
-    h = hashlib.sha256(str(promtool).encode())
+    h = hashlib.sha256(str(binary).encode())
     with openmetrics.open("rb") as f:
         h.update(hashlib.file_digest(f, "sha256").digest())
     blocks = Path(cache) / h.hexdigest()[:32]

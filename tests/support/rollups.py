@@ -6,7 +6,6 @@ rules in a second pass, since they read the 5-minute rules' series)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 from analytics.synthetic import Fleet
@@ -14,7 +13,7 @@ from domain.week import Window
 from tests.support.fleet import prometheus
 from tests.support.paths import REPO
 from tests.support.prometheus import PrometheusServer
-from tests.support.tools import promtool_env, require_binary
+from tests.support.tools import promtool
 
 RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuledger-rollups.yml"
 HOURLY_RULES = REPO / "deploy" / "prometheus" / "rules" / "gpuledger-rollups-1h.yml"
@@ -29,9 +28,8 @@ def backfill_rollups(url: str, w: Window, folder: Path, rules: Path = RULES, int
     # promtool (as Prometheus) evaluates a group at a phase derived from its name and the file's
     # path as given: a path relative to the folder gives the same phase wherever the clone is
     shutil.copy(rules, folder / rules.name)
-    res = subprocess.run(
+    res = promtool(
         [
-            require_binary("promtool"),
             *("tsdb", "create-blocks-from", "rules"),
             f"--start={int(w.start)}",
             f"--end={int(w.end) + interval}",
@@ -44,7 +42,6 @@ def backfill_rollups(url: str, w: Window, folder: Path, rules: Path = RULES, int
         text=True,
         timeout=600,
         cwd=folder,
-        env=promtool_env(),
     )
     assert res.returncode == 0, res.stdout + res.stderr
     return out
