@@ -216,28 +216,6 @@ def test_bad_input_is_one_line_and_exit_2(
 
 
 @pytest.mark.integration
-def test_two_runs_per_n_exclude_the_start_up(tmp_path: Path) -> None:
-    """{steps}: 10 and 210 steps at each N (10 s apart: torchrun's start-up varies by seconds on a busy machine);
-    1.5 s of start-up (and torchrun's) is in both runs."""
-    r, doc = run_scaling(
-        tmp_path, ["--gpus", "1,2", "--steps", "10,210", "--samples-per-step", "16"], ["--steps", "{steps}"]
-    )
-    assert r.returncode == 0, r.stderr
-    assert doc["method"] == "two runs" and doc["scaling"] == "weak"
-    for n, row in rows_of(doc).items():
-        step = row["step_seconds"]
-        naive = min(run["seconds"] for run in row["runs"]) / 10  # the short run's time over its steps
-        assert 0.01 < step < 0.2, row  # 0.05 s of sleep a step, a few ms of work
-        assert naive > 0.15 + 0.05 and step < naive / 4  # counting the 1.5 s start-up would give > 0.15 s a step
-        assert row["cost_per_1000_steps"] == pytest.approx(PRICE * n * step * 1000 / 3600)
-        assert row["throughput_samples_per_second"] == pytest.approx(16 * n / step)
-        assert row["cost_per_sample"] == pytest.approx(PRICE * n * step / 3600 / (16 * n))
-    assert "t1 s (steps)" in r.stdout and "(  210)" in r.stdout and "(   10)" in r.stdout  # both times shown
-    assert "2 ranks: " in r.stdout and "EUR" in r.stdout and "energy per step n/a" in r.stdout
-    assert "N=2: run 2 of 2 (10 steps)" in r.stderr
-
-
-@pytest.mark.integration
 def test_step_timer_weak_scaling(tmp_path: Path) -> None:
     """Recorded in a history too (--history): the record reads back as the --json document says."""
     hist = tmp_path / "history.db"

@@ -128,22 +128,36 @@ def test_two_nodes_measure_alone_then_together_and_agree(tmp_path: Path, monkeyp
 
 @pytest.mark.integration
 def test_two_nodes_with_two_runs_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """{steps}: the two runs of each N meet in a rendezvous of their own (run ids -0 and -1)."""
+    """{steps}: the two runs of each N meet in a rendezvous of their own (run ids -0 and -1). Each
+    node's N=1 rows are the one-node method too (torchrun --standalone): the 1.5 s start-up (and
+    torchrun's) is in both runs and cancels."""
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     # 300 steps between the runs, 15 s: both nodes' one-node runs start at once on a loaded 2-core
     # machine, and their start-ups once differed by more than 100 steps' 5 s (the run then refuses
     # to divide, rightly: "took no longer than those with 10")
-    nodes = _two_nodes(tmp_path, ["--gpus", "1", "--steps", "10,310", "--timeout", "240"], ["--steps", "{steps}"])
+    flags = ["--gpus", "1", "--steps", "10,310", "--samples-per-step", "16", "--timeout", "240"]
+    nodes = _two_nodes(tmp_path, flags, ["--steps", "{steps}"])
     for r, doc in nodes:
         assert r.returncode == 0, r.stderr[-3000:]
-        two = rows_of(doc)[2]
-        assert doc["method"] == "two runs" and two["nodes"] == 2
-        assert [run["steps"] for run in two["runs"]] == [310, 10]
-        long, short = (run["seconds"] for run in two["runs"])
-        assert two["step_seconds"] == pytest.approx((long - short) / 300)  # the start-up cancels
-        # 0.05 s a step; torchrun's start-up on a loaded 2-core machine differs by seconds between
-        # the two runs (0.139 s a step once in CI): a sanity bound, the line above is the check
-        assert 0.03 < two["step_seconds"] < 0.3, two
+        assert doc["method"] == "two runs" and doc["scaling"] == "weak"
+        rows = rows_of(doc)
+        assert rows[1]["nodes"] == 1 and rows[2]["nodes"] == 2
+        for n, row in rows.items():
+            assert [run["steps"] for run in row["runs"]] == [310, 10]
+            long, short = (run["seconds"] for run in row["runs"])
+            step = row["step_seconds"]
+            assert step == pytest.approx((long - short) / 300)  # the start-up cancels
+            # 0.05 s a step; torchrun's start-up on a loaded 2-core machine differs by seconds between
+            # the two runs (0.139 s a step once in CI): a sanity bound, the line above is the check
+            assert 0.03 < step < 0.3, row
+            naive = short / 10  # the short run's time over its steps
+            assert naive > 0.15 + 0.05 and step < naive / 4  # counting the 1.5 s start-up would give > 0.15 s a step
+            assert row["cost_per_1000_steps"] == pytest.approx(PRICE * n * step * 1000 / 3600)
+            assert row["throughput_samples_per_second"] == pytest.approx(16 * n / step)  # both nodes' at N=2
+            assert row["cost_per_sample"] == pytest.approx(PRICE * n * step / 3600 / (16 * n))
+        assert "t1 s (steps)" in r.stdout and "(  310)" in r.stdout and "(   10)" in r.stdout  # both times shown
+        assert "2 ranks: " in r.stdout and "EUR" in r.stdout and "energy per step n/a" in r.stdout
+        assert "N=2 (2 nodes x 1): run 2 of 2 (10 steps)" in r.stderr
 
 
 @pytest.mark.integration
