@@ -10,20 +10,24 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
-
-import httpcore
-import httpx
 
 from analytics.config import PrometheusSettings
 from analytics.sources.base import SourceUnavailable
 from analytics.sources.promanswer import QueryError, Shape, data_of
 from daemonkit.settings import ConfigError
+
+if TYPE_CHECKING:
+    import httpx
+
+# httpx (and httpcore, and trio where it is installed: 0.1-0.3 s) is imported when a client is made,
+# not with this module: the commands that read no Prometheus (an embedded report, a config error)
+# start without it.
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -91,6 +95,10 @@ class PromAPI:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``transport``: instead of the network (tests); ``clock``: monotonic seconds, for the deadline."""
+        import httpx
+
+        from analytics.sources.deadline_http import DeadlineTransport
+
         self.s = s
         self._clock = clock
         headers = {**s.headers, "User-Agent": "gpuledger-analytics"}  # a tenant (X-Scope-OrgID), a proxy's
@@ -122,7 +130,7 @@ class PromAPI:
             headers=headers,
             auth=auth,
             timeout=s.timeout,
-            transport=transport or _DeadlineTransport(verify, self._left),
+            transport=transport or DeadlineTransport(verify, self._left),
         )
         self.queries = 0
         self._state = threading.Condition()  # guards the counts, the down mark and the deadline
@@ -203,6 +211,8 @@ class PromAPI:
         """One query, retried with backoff. The failures of the queries in flight together are one
         attempt (one log line); once the server is given up on, or the report's deadline has
         passed, every query left fails at once, with the same error."""
+        import httpx  # loaded by __init__ already
+
         attempts = self.s.retries + 1
         tries = 0
         while True:
@@ -336,6 +346,8 @@ class PromAPI:
 
     def _timeout(self) -> tuple[httpx.Timeout, bool]:
         """This query's timeouts, capped by the time left before the deadline (and whether they are)."""
+        import httpx  # loaded by __init__ already
+
         read, connect = self.s.timeout, min(self.s.connect_timeout, self.s.timeout)
         if self._deadline is None:
             return httpx.Timeout(read, connect=connect), False
@@ -361,84 +373,6 @@ class PromAPI:
                 n = max(self._fails, tries)
                 self._give_up(SourceUnavailable(f"prometheus {self.s.url}: no answer after {n} attempts ({problem})"))
             return max(0.0, self._retry_at - self._clock())
-
-
-class _DeadlineTransport(httpx.HTTPTransport):
-    """httpx's transport whose every socket operation (connect, TLS handshake, each read and write)
-    also ends by the report's deadline. httpx's timeouts are per operation: a server that sends a
-    byte every few seconds never trips them, and kept a report for 54 s past a 15 s deadline."""
-
-    def __init__(self, verify: bool | ssl.SSLContext, left: Callable[[], float | None]) -> None:
-        super().__init__(verify=verify)
-        # the pool HTTPTransport builds (its default limits), on a network backend that knows the deadline
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify),
-            max_connections=100,
-            max_keepalive_connections=20,
-            keepalive_expiry=5.0,
-            network_backend=_DeadlineBackend(left),
-        )
-
-
-def _capped(timeout: float | None, left: float | None, error: type[Exception]) -> float | None:
-    """``timeout`` capped by the seconds ``left`` (None: no deadline); ``error`` once none are left."""
-    if left is None:
-        return timeout
-    if left <= 0:
-        raise error("the report's deadline passed")
-    return left if timeout is None else min(timeout, left)
-
-
-class _DeadlineBackend(httpcore.NetworkBackend):
-    def __init__(self, left: Callable[[], float | None]) -> None:
-        self._backend = httpcore.SyncBackend()
-        self._left = left
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.NetworkStream:
-        timeout = _capped(timeout, self._left(), httpcore.ConnectTimeout)
-        return _DeadlineStream(
-            self._backend.connect_tcp(host, port, timeout, local_address, socket_options), self._left
-        )
-
-    def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None
-    ) -> httpcore.NetworkStream:
-        timeout = _capped(timeout, self._left(), httpcore.ConnectTimeout)
-        return _DeadlineStream(self._backend.connect_unix_socket(path, timeout, socket_options), self._left)
-
-    def sleep(self, seconds: float) -> None:
-        self._backend.sleep(seconds)
-
-
-class _DeadlineStream(httpcore.NetworkStream):
-    def __init__(self, stream: httpcore.NetworkStream, left: Callable[[], float | None]) -> None:
-        self._stream = stream
-        self._left = left
-
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._stream.read(max_bytes, _capped(timeout, self._left(), httpcore.ReadTimeout))
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._stream.write(buffer, _capped(timeout, self._left(), httpcore.WriteTimeout))
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def start_tls(
-        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
-    ) -> httpcore.NetworkStream:
-        timeout = _capped(timeout, self._left(), httpcore.ConnectTimeout)
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname, timeout), self._left)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._stream.get_extra_info(info)
 
 
 def _again(e: SourceUnavailable) -> SourceUnavailable:

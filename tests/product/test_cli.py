@@ -240,7 +240,7 @@ RENDERING = ("analytics.pipeline", "analytics.report.html", "analytics.report.js
 LOADED = (
     "import sys; from gpuledger.cli import main; {call}; "
     "print(' '.join(m for m in sys.modules "
-    "if m.split('.')[0] in ('analytics', 'exporter', 'jinja2', 'httpx', 'torch')))"
+    "if m.split('.')[0] in ('analytics', 'exporter', 'jinja2', 'httpx', 'httpcore', 'torch')))"
 )
 
 
@@ -252,6 +252,11 @@ LOADED = (
             "main(['exporter', '--check', '--reader', 'replay'])",
             (*RENDERING, "torch"),
             ("exporter.cli", "analytics.config"),
+        ),
+        (  # a report that reads no Prometheus loads its client module, not httpx (0.1-0.3 s)
+            "main(['report', '--source', 'embedded', '--history', '/nonexistent/h.db', '--week', '2026-W47'])",
+            ("httpx", "httpcore", "analytics.sources.deadline_http", "torch"),
+            ("analytics.pipeline", "analytics.sources.promapi"),
         ),
         (
             "__import__('gpuledger.cli').cli.build_parser(only='report')",
