@@ -101,3 +101,31 @@ def pytest_configure(config: pytest.Config) -> None:
     folder = tempfile.mkdtemp(prefix="gpuledger-test-blocks-")
     os.environ[CACHE_ENV] = folder
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+# Modules with few tests that wait (on timeouts, scrapes, a chain of backfills) far longer than they
+# compute. xdist's loadfile hands out the modules with the most tests first, which left these for
+# the end, where the run then waited on them with the other workers done. They go first (the rest
+# keep xdist's order, most tests first) when scripts/test passes --no-loadscope-reorder.
+WAIT_FIRST = (
+    "tests/analytics/test_rollups.py",  # two promtool backfills in a row, ~200 s
+    "tests/product/test_scaling_failures.py",  # a hung run waits out --timeout
+    "tests/product/test_scaling_nodes.py",  # a node left alone waits out --timeout
+    "tests/exporter/test_prometheus.py",  # 32 scrapes of a live exporter
+    "tests/exporter/test_bench_multinode.py",  # a hung rank waits out the round's timeout
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("loadscopereorder", True):
+        return
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.nodeid.split("::")[0]] = counts.get(item.nodeid.split("::")[0], 0) + 1
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        module = item.nodeid.split("::")[0]
+        first = WAIT_FIRST.index(module) if module in WAIT_FIRST else len(WAIT_FIRST)
+        return first, -counts[module] if first == len(WAIT_FIRST) else 0
+
+    items.sort(key=order)  # stable: a module's tests stay in their order
