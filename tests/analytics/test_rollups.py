@@ -9,12 +9,16 @@ hourly file in a second pass), in VictoriaMetrics by ``vmalert -replay`` of the 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import subprocess
+import time
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from analytics import synthetic_om
 from analytics.config import PrometheusSettings
@@ -393,5 +397,20 @@ def replay(server: VictoriaMetricsServer, rules: Path) -> None:
         timeout=600,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    code, _, body = http_get(f"{server.url}/internal/force_flush", timeout=60)
-    assert code == 200, body
+    # What vmalert wrote last can reach the search after it exits: once in CI, on a loaded machine,
+    # the hourly buckets of the week's end were not found right after the flush. Flush until the
+    # count of the file's recorded samples over the week holds still between two reads.
+    groups = yaml.safe_load(rules.read_text())["groups"]
+    names = "|".join(r["record"] for g in groups for r in g["rules"] if "record" in r)
+    count = urllib.parse.quote(f'sum(count_over_time({{__name__=~"{names}"}}[8d]))')
+    seen: list[str] = []
+    for _ in range(60):
+        code, _, body = http_get(f"{server.url}/internal/force_flush", timeout=60)
+        assert code == 200, body
+        code, _, body = http_get(f"{server.url}/api/v1/query?query={count}&time={w.end + BUCKET}", timeout=60)
+        assert code == 200, body
+        seen.append(json.dumps(json.loads(body)["data"]["result"]))
+        if len(seen) > 1 and seen[-1] == seen[-2] != "[]":
+            return
+        time.sleep(1.0)
+    pytest.fail(f"the samples vmalert wrote never held still: {seen[-3:]}")
