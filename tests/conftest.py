@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -119,9 +120,7 @@ WAIT_FIRST = (
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("loadscopereorder", True):
         return
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[item.nodeid.split("::")[0]] = counts.get(item.nodeid.split("::")[0], 0) + 1
+    counts = Counter(item.nodeid.split("::")[0] for item in items)
 
     def order(item: pytest.Item) -> tuple[int, int]:
         module = item.nodeid.split("::")[0]

@@ -9,16 +9,11 @@ hourly file in a second pass), in VictoriaMetrics by ``vmalert -replay`` of the 
 from __future__ import annotations
 
 import datetime as dt
-import json
-import subprocess
-import time
-import urllib.parse
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import yaml
 
 from analytics import synthetic_om
 from analytics.config import PrometheusSettings
@@ -37,11 +32,9 @@ from domain.week import WeekData, Window, days, iso_week
 from tests.support.conservation import assert_conserves
 from tests.support.daycache import assert_same_week
 from tests.support.fleet import WEEK, prometheus
-from tests.support.http import free_port, http_get
 from tests.support.prometheus import PrometheusServer
-from tests.support.rollups import BUCKET, HOURLY_RULES, RULES, add_hourly, prometheus_with_rollups
+from tests.support.rollups import BUCKET, HOURLY_RULES, RULES, add_hourly, prometheus_with_rollups, replay
 from tests.support.settings import analytics_settings
-from tests.support.tools import require_binary
 from tests.support.victoria import VictoriaMetricsServer
 
 UTILISATION_PP = 0.005  # 0.5 percentage points
@@ -343,10 +336,6 @@ def test_the_daemon_keeps_the_settled_days_after_a_refresh_and_its_weekly_report
     assert all(dev <= 1e-9 for dev, _ in worst.values()), worst
 
 
-def _rfc3339(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @pytest.mark.integration
 def test_vmalert_evaluating_the_same_rules_gives_the_same_report(fleet: Fleet, tmp_path: Path) -> None:
     """VictoriaMetrics holding the raw week, vmalert replaying the rule files over it (its backfill)
@@ -361,56 +350,11 @@ def test_vmalert_evaluating_the_same_rules_gives_the_same_report(fleet: Fleet, t
                 f"{series} {value} {float(t) * 1000:.0f}"
                 for series, value, t in (line.rstrip("\n").rsplit(" ", 2) for line in f if line[:1] not in ("#", "\n"))
             )
-        replay(server, RULES)
+        replay(server, RULES, iso_week(WEEK))
         assert_same_figures(server.url, fleet, phased=False)
-        replay(server, HOURLY_RULES)
+        replay(server, HOURLY_RULES, iso_week(WEEK))
         assert_hours_equal_five_minutes(server.url)
         assert_same_figures(server.url, fleet, phased=False, note=HOURLY_NOTE)
         assert_kept_days_give_the_same_week(server.url, tmp_path / "days")
     finally:
         server.stop()
-
-
-def replay(server: VictoriaMetricsServer, rules: Path) -> None:
-    """vmalert -replay of ``rules`` over the week (and one bucket past it), then a flush, so that
-    what it wrote is read back."""
-    w = iso_week(WEEK)
-    res = subprocess.run(
-        [
-            require_binary("vmalert"),
-            f"-rule={rules}",
-            f"-datasource.url={server.url}",
-            f"-remoteWrite.url={server.url}",
-            f"-replay.timeFrom={_rfc3339(w.start)}",
-            f"-replay.timeTo={_rfc3339(w.end + BUCKET)}",
-            "-replay.disableProgressBar",
-            "-replay.rulesDelay=0s",
-            # one query per rule: vmalert writes the step at each chunk's edge twice, and a
-            # VictoriaMetrics without -dedup.minScrapeInterval keeps both
-            "-replay.maxDatapointsPerQuery=10000",
-            # a replay's step is -datasource.queryStep (5 minutes unless set); 0: each group's interval
-            "-datasource.queryStep=0s",
-            f"-httpListenAddr=127.0.0.1:{free_port()}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    # What vmalert wrote last can reach the search after it exits: once in CI, on a loaded machine,
-    # the hourly buckets of the week's end were not found right after the flush. Flush until the
-    # count of the file's recorded samples over the week holds still between two reads.
-    groups = yaml.safe_load(rules.read_text())["groups"]
-    names = "|".join(r["record"] for g in groups for r in g["rules"] if "record" in r)
-    count = urllib.parse.quote(f'sum(count_over_time({{__name__=~"{names}"}}[8d]))')
-    seen: list[str] = []
-    for _ in range(60):
-        code, _, body = http_get(f"{server.url}/internal/force_flush", timeout=60)
-        assert code == 200, body
-        code, _, body = http_get(f"{server.url}/api/v1/query?query={count}&time={w.end + BUCKET}", timeout=60)
-        assert code == 200, body
-        seen.append(json.dumps(json.loads(body)["data"]["result"]))
-        if len(seen) > 1 and seen[-1] == seen[-2] != "[]":
-            return
-        time.sleep(1.0)
-    pytest.fail(f"the samples vmalert wrote never held still: {seen[-3:]}")
