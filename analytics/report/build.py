@@ -34,12 +34,15 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
+
 from analytics.cost import CostModel, PriceRule, gpu_co2e, gpu_cost
 from analytics.report import groupings, judge
+from analytics.report.chargeback import Charged, Ints, Sums, charge_all, keyed, summed
 from analytics.report.groupings import GROUP_BY as GROUP_BY
 from analytics.report.groupings import NONE as NONE
 from analytics.report.groupings import UNKNOWN_USER, Grouping
-from analytics.report.ledger import Acc, Fig, charge, ratio, rest, sum_known
+from analytics.report.ledger import Acc, Fig, ratio, sum_known
 from analytics.report.model import (
     TOP_IDLE,
     TOP_LINKS,
@@ -138,39 +141,30 @@ def build(
             groups[group][key].add(fig)
         for name, attr, none in by_gpu:
             groups[name][attr(g) or none].add(fig)
-    holders: dict[str, tuple[str, str]] = {}  # job key -> (user, partition)
-    on_gpu: dict[str, list[JobWeek]] = defaultdict(list)
-    for j in data.jobs:
-        on_gpu[j.uuid].append(j)
-    unallocated = Acc()
-    # each job row is added to its job's row and to the row of its groupings' keys together
-    # (user, account, ...: a few hundred at most), which are then added to each grouping's rows:
-    # 2 additions a job row, not one per grouping (1.3 M at 10,000 GPUs before)
-    by_keys: dict[tuple[str, ...], Acc] = defaultdict(Acc)
-    jobs_acc = groups["job"]
-    for uuid, gpu_fig in gpu_figs.items():
-        jobs = on_gpu.get(uuid, [])
-        figs = charge(jobs, gpu_fig, hourly[uuid], per_joule[uuid], co2e_per_joule[uuid])
-        unallocated.add(rest(uuid, gpu_fig, figs))
-        for j, fig in zip(jobs, figs, strict=True):
-            key = job_key(j)
-            jobs_acc[key].add(fig)
-            by_keys[tuple(attr(j) or none for _, attr, none in attrs)].add(fig)
-            user, part = holders.get(key, ("", ""))
-            holders[key] = (user or j.job.user or UNKNOWN_USER, part or j.partition)
-    for keys, acc in by_keys.items():
+    # every job row charged on its GPU at once (columns), then added up by job and by the key tuple
+    # of its groupings (user, account, ...: a few hundred at most), which go into each grouping's rows
+    ch = charge_all(data.jobs, gpu_figs, hourly, per_joule, co2e_per_joule)
+    unallocated = ch.unallocated
+    job_keys, at_job = keyed(ch, job_key)
+    jobs = summed(ch, at_job, len(job_keys))
+    tuples, at_keys = keyed(ch, lambda j: tuple(attr(j) or none for _, attr, none in attrs))
+    by_keys = summed(ch, at_keys, len(tuples), uuids=True)
+    for i, keys in enumerate(tuples):
+        acc = by_keys.acc(i)
         for (group, _, _), k in zip(attrs, keys, strict=True):
             groups[group][k].merge(acc)
+    holders = Holders(ch, at_job, job_keys)
     # jobs on a GPU the source has no figures for: nothing to charge them, and their hours are
     # not the fleet's; left out, and said so (every grouping still adds up to the fleet)
-    orphans = sorted(uuid for uuid in on_gpu if uuid not in gpu_figs)
+    orphans = Counter(j.uuid for j in ch.orphans)
     min_h = cost.min_useful_gpu_hours
     rows = [
         acc.row(group, key, min_h) for group in ("host", "model", "gpu") for key, acc in sorted(groups[group].items())
     ]
     ordered = sorted(chosen, key=lambda g: g.scope != groupings.JOB)  # the job groupings, then the GPU ones
     rows += _grouping_rows(groups, [g for g in ordered if g.first], min_h)
-    rows += [acc.row("job", key, min_h) for key, acc in sorted(groups["job"].items())]
+    by_key = sorted(range(len(job_keys)), key=job_keys.__getitem__)
+    rows += jobs.rows("job", [job_keys[i] for i in by_key], by_key, min_h)
     rows += _grouping_rows(groups, [g for g in ordered if not g.first], min_h)
     rows.append(unallocated.row(UNALLOCATED, UNALLOCATED, min_h))
     fleet_row = fleet.row("fleet", "fleet", min_h)
@@ -206,7 +200,7 @@ def build(
             *data.approximations,
             *_mean_applied(mean_intensity, "emissions", "hourly carbon intensity"),
             *_mean_applied(mean_tariff, "energy cost", "tariff"),
-            *_orphan_note(orphans, on_gpu),
+            *_orphan_note(orphans),
             *_integrated_note(data),
         ],
         example_prices=cost.example_prices,
@@ -246,9 +240,9 @@ def build(
         history_start=start if clipped else None,
         in_progress=in_progress,
         elapsed=elapsed,
-        idle_holders=_idle_holders(groups["job"], holders),
-        stalled_jobs=_stalled_jobs(groups["job"], holders),
-        link_jobs=_link_jobs(groups["job"], holders, data.jobs),
+        idle_holders=_idle_holders(jobs, job_keys, holders),
+        stalled_jobs=_stalled_jobs(jobs, job_keys, holders),
+        link_jobs=_link_jobs(jobs, job_keys, holders, ch, at_job),
     )
 
 
@@ -284,11 +278,30 @@ def _integrated_note(data: WeekData) -> list[str]:
     ]
 
 
-def _orphan_note(uuids: list[str], on_gpu: dict[str, list[JobWeek]]) -> list[str]:
-    if not uuids:
+def _orphan_note(rows: Counter[str]) -> list[str]:
+    """The job rows on GPUs without figures (their count by GPU), left out."""
+    if not rows:
         return []
-    n = sum(len(on_gpu[u]) for u in uuids)
-    return [f"{n} job rows on {len(uuids)} GPUs without GPU figures in this window are left out (e.g. {uuids[0]})"]
+    n, first = sum(rows.values()), min(rows)
+    return [f"{n} job rows on {len(rows)} GPUs without GPU figures in this window are left out (e.g. {first})"]
+
+
+class Holders:
+    """Each job's (user, partition), asked for the few jobs a table shows: its first charged row's
+    user (``(unknown)`` where it has none) and the first partition its rows name."""
+
+    def __init__(self, ch: Charged, at: Ints, keys: Sequence[str]) -> None:
+        self.ch, self.at, self.index = ch, at, {k: i for i, k in enumerate(keys)}
+        self.known: dict[str, tuple[str, str]] = {}
+
+    def __getitem__(self, key: str) -> tuple[str, str]:
+        if (got := self.known.get(key)) is None:
+            rows = [self.ch.row(p) for p in np.flatnonzero(self.at == self.index[key]).tolist()]
+            got = self.known[key] = (
+                rows[0].job.user or UNKNOWN_USER,
+                next((j.partition for j in rows if j.partition), ""),
+            )
+        return got
 
 
 def _mean_applied(uuids: list[str], what: str, hourly: str) -> list[str]:
@@ -302,50 +315,53 @@ def _mean_applied(uuids: list[str], what: str, hourly: str) -> list[str]:
     ]
 
 
-def _stalled_jobs(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]]) -> list[StalledRow]:
+def _stalled_jobs(jobs: Sums, keys: Sequence[str], holders: Holders) -> list[StalledRow]:
     """The jobs with the most stalled GPU-hours, worst first."""
-    rows = [
-        StalledRow(holders[key][0], key, holders[key][1], len(acc.uuids), stalled / 3600, acc.stalled_cost)
-        for key, acc in jobs.items()
-        if (stalled := acc.stalled or 0.0) > 0
-    ]
-    return sorted(rows, key=lambda r: (-r.stalled_gpu_hours, r.job))[:TOP_STALLED]
+    stalled, cost = jobs.known["stalled"].tolist(), jobs.summed["stalled_cost"].tolist()
+    top = heapq.nsmallest(TOP_STALLED, ((-(s / 3600), key, i) for i, key in enumerate(keys) if (s := stalled[i]) > 0))
+    return [StalledRow(holders[key][0], key, holders[key][1], jobs.gpus[i], -h, cost[i]) for h, key, i in top]
 
 
-def _link_jobs(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]], weeks: Sequence[JobWeek]) -> list[LinkRow]:
+def _link_jobs(
+    jobs: Sums,
+    keys: Sequence[str],
+    holders: Holders,
+    ch: Charged,
+    at: Ints,
+) -> list[LinkRow]:
     """The multi-GPU jobs with the most GPU-hours, and their links' traffic per charged GPU-hour
-    (where the source measured it on some GPU of the job)."""
+    (where the source measured it on some GPU of the job; ``at``: each charged row's job)."""
+    sampled = jobs.summed["time"]
     top = heapq.nsmallest(
-        TOP_LINKS, ((-acc.sampled, key) for key, acc in jobs.items() if len(acc.uuids) >= 2 and acc.sampled > 0)
+        TOP_LINKS, ((-sampled[i], key, i) for i, key in enumerate(keys) if jobs.gpus[i] >= 2 and sampled[i] > 0)
     )
-    nvlink: dict[str, list[float | None]] = {key: [] for _, key in top}
-    pcie: dict[str, list[float | None]] = {key: [] for _, key in top}
-    for j in weeks:
-        if (key := job_key(j)) in nvlink:
-            nvlink[key].append(j.nvlink_bytes)
-            pcie[key].append(j.pcie_bytes)
+    nvlink: dict[int, list[float | None]] = {i: [] for _, _, i in top}
+    pcie: dict[int, list[float | None]] = {i: [] for _, _, i in top}
+    for p in np.flatnonzero(np.isin(at, list(nvlink))).tolist():
+        j = ch.row(p)
+        nvlink[int(at[p])].append(j.nvlink_bytes)
+        pcie[int(at[p])].append(j.pcie_bytes)
 
     def per_hour(values: list[float | None], h: float) -> float | None:
         total = sum_known(values)
         return None if total is None or h <= 0 else total / 1e9 / h
 
-    rows = []
-    for _, key in top:
-        acc = jobs[key]
-        h = acc.sampled / 3600
+    out = []
+    for _, key, i in top:
+        h = sampled[i] / 3600
         user, part = holders[key]
-        util = ratio(acc.busy, acc.sampled)
-        rows.append(LinkRow(user, key, part, len(acc.uuids), h, util, per_hour(nvlink[key], h), per_hour(pcie[key], h)))
-    return rows
+        util = ratio(jobs.summed["busy"][i], sampled[i])
+        out.append(LinkRow(user, key, part, jobs.gpus[i], h, util, per_hour(nvlink[i], h), per_hour(pcie[i], h)))
+    return out
 
 
-def _idle_holders(jobs: dict[str, Acc], holders: dict[str, tuple[str, str]]) -> list[IdleRow]:
+def _idle_holders(jobs: Sums, keys: Sequence[str], holders: Holders) -> list[IdleRow]:
     """The jobs that held GPUs idle, worst (highest idle cost) first: whatever their total cost."""
+    sampled, useful, cost = jobs.summed["time"], jobs.summed["useful"], jobs.summed["idle_cost"]
     top = heapq.nsmallest(
         TOP_IDLE,
-        ((-acc.idle_cost, -(acc.sampled - acc.useful), key) for key, acc in jobs.items() if acc.sampled > acc.useful),
+        ((-cost[i], -(sampled[i] - useful[i]), key, i) for i, key in enumerate(keys) if sampled[i] > useful[i]),
     )
     return [
-        IdleRow(holders[key][0], key, holders[key][1], len(jobs[key].uuids), -idle_s / 3600, -cost)
-        for cost, idle_s, key in top
+        IdleRow(holders[key][0], key, holders[key][1], jobs.gpus[i], -idle_s / 3600, -c) for c, idle_s, key, i in top
     ]

@@ -1,16 +1,16 @@
-"""The ledger's arithmetic: one GPU's (or job's) figures, their sums into a cost row, and
-chargeback on one GPU (each job charged its share, the jobs together never more than the GPU,
-the rest unallocated). ``analytics.report.build`` applies it to a window's GPUs and jobs."""
+"""The ledger's arithmetic: one GPU's (or job's) figures, their sums into a cost row, and what
+of a GPU no job was charged (its ``rest``: unallocated). ``analytics.report.chargeback`` charges
+the jobs on their GPUs (each its share, the jobs together never more than the GPU);
+``analytics.report.build`` applies both to a window's GPUs and jobs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from analytics.cost import JOULES_PER_KWH
 from analytics.report.model import CostRow
-from analytics.report.useful import measure, useful_seconds
-from domain.week import JobWeek
+from analytics.report.useful import measure
 
 
 def ratio(a: float | None, b: float) -> float | None:
@@ -135,44 +135,71 @@ class Acc:
         self.energy_measures |= o.energy_measures
 
     def row(self, group: str, key: str, min_useful_h: float = 0.0) -> CostRow:
-        h = 3600.0
-        useful_h = self.useful / h
-        sm, energy, stalled = self.sm, self.energy, self.stalled
-        total = self.hardware + self.energy_cost
-        useful_measure, sm_share = measure(*self.measured, *self.parts)
-        return CostRow(
-            group=group,
-            key=key,
-            gpus=self.gpus + len(self.uuids),
-            available_gpu_hours=self.available / h,
-            sampled_gpu_hours=self.sampled / h,
-            busy_gpu_hours=self.busy / h,
-            sm_active_gpu_hours=None if sm is None else sm / h,
-            useful_gpu_hours=self.useful / h,
-            utilization=ratio(self.busy, self.sampled),
-            sm_activity=ratio(sm, self.sampled),
-            allocated_gpu_hours=None if self.alloc is None else self.alloc / h,
-            allocated_idle_gpu_hours=None if self.idle is None else self.idle / h,
-            energy_kwh=None if energy is None else energy / JOULES_PER_KWH,
-            energy_cost=self.energy_cost,
-            hardware_cost=self.hardware,
-            total_cost=total,
-            cost_per_useful_gpu_hour=total / useful_h if useful_h > 0 and useful_h >= min_useful_h else None,
-            idle_cost=self.idle_cost,
-            coverage=self.sampled / self.available if self.available > 0 else 0.0,
-            stalled_gpu_hours=None if stalled is None else stalled / h,
-            co2e_kg=self.co2e,
-            useful_measure=useful_measure,
-            useful_sm_share=sm_share,
-            busy_measure=busy_measure(self.busy_measures),
-            energy_measure=energy_measure(self.energy_measures),
+        return cost_row(
+            group,
+            key,
+            min_useful_h,
+            self.gpus + len(self.uuids),
+            (self.available, self.sampled, self.busy, self.useful, self.hardware, self.energy_cost, self.idle_cost),
+            (self.sm, self.alloc, self.idle, self.energy, self.stalled, self.co2e),
+            (self.measured[0], self.measured[1], self.parts[0], self.parts[1]),
+            (self.busy_measures, self.energy_measures),
         )
+
+
+def cost_row(
+    group: str,
+    key: str,
+    min_useful_h: float,
+    gpus: int,
+    sums: tuple[float, float, float, float, float, float, float],
+    known: tuple[float | None, float | None, float | None, float | None, float | None, float | None],
+    measured: tuple[float, float, int, int],
+    measures: tuple[Set[str], Set[str]],
+) -> CostRow:
+    """One group's row from its sums: (available, sampled, busy, useful seconds, hardware, energy
+    and idle cost), the sums some parts may lack (SM-active, allocated, allocated-idle seconds,
+    joules, stalled seconds, kg CO2e: None where no part has them), the sampled seconds and parts
+    counted by SM activity and by busy time, and the parts' busy and energy measures."""
+    h = 3600.0
+    available, sampled, busy, useful, hardware, energy_cost, idle_cost = sums
+    sm, alloc, idle, energy, stalled, co2e = known
+    useful_h = useful / h
+    total = hardware + energy_cost
+    useful_measure, sm_share = measure(*measured)
+    return CostRow(
+        group=group,
+        key=key,
+        gpus=gpus,
+        available_gpu_hours=available / h,
+        sampled_gpu_hours=sampled / h,
+        busy_gpu_hours=busy / h,
+        sm_active_gpu_hours=None if sm is None else sm / h,
+        useful_gpu_hours=useful / h,
+        utilization=ratio(busy, sampled),
+        sm_activity=ratio(sm, sampled),
+        allocated_gpu_hours=None if alloc is None else alloc / h,
+        allocated_idle_gpu_hours=None if idle is None else idle / h,
+        energy_kwh=None if energy is None else energy / JOULES_PER_KWH,
+        energy_cost=energy_cost,
+        hardware_cost=hardware,
+        total_cost=total,
+        cost_per_useful_gpu_hour=total / useful_h if useful_h > 0 and useful_h >= min_useful_h else None,
+        idle_cost=idle_cost,
+        coverage=sampled / available if available > 0 else 0.0,
+        stalled_gpu_hours=None if stalled is None else stalled / h,
+        co2e_kg=co2e,
+        useful_measure=useful_measure,
+        useful_sm_share=sm_share,
+        busy_measure=busy_measure(measures[0]),
+        energy_measure=energy_measure(measures[1]),
+    )
 
 
 UTILISATION, MIXED_BUSY = "utilization", "mixed"
 
 
-def busy_measure(measures: set[str]) -> str:
+def busy_measure(measures: Set[str]) -> str:
     """A row's busy measure from its parts': ``utilization`` (NVML's or DCGM's utilisation, "" in a
     part), ``gr_engine_active`` (MIG GPUs' instances, dcgm-exporter's), ``mig_sm_active`` (MIG GPUs'
     instances' SM activity, gpuledger's exporter), or ``mixed``."""
@@ -183,108 +210,44 @@ def busy_measure(measures: set[str]) -> str:
 COUNTER, MIXED_ENERGY = "counter", "mixed"
 
 
-def energy_measure(measures: set[str]) -> str:
+def energy_measure(measures: Set[str]) -> str:
     """A row's energy measure from its parts': ``counter`` (an energy counter, "" in a part),
     ``power`` (integrated from power samples), or ``mixed``."""
     named = {m or COUNTER for m in measures} or {COUNTER}
     return named.pop() if len(named) == 1 else MIXED_ENERGY
 
 
-def scale_to(total: float, cap: float | None) -> float:
-    """The factor that brings ``total`` down to ``cap`` (1 where it is within it)."""
-    if cap is None or total <= cap or total <= 0:
-        return 1.0
-    return max(0.0, cap) / total
+def rest(uuid: str, gpu: Fig, charged: Mapping[str, float]) -> Fig:
+    """What of one GPU no job was charged: the GPU less the sums of its jobs' charged figures
+    (``charged``: ``analytics.report.chargeback``'s columns, a figure a job lacks counted as 0),
+    column by column; its useful seconds counted as the GPU's are (SM-active or busy)."""
 
-
-def charge(
-    jobs: list[JobWeek],
-    gpu: Fig | None,
-    rate: float,
-    per_joule: float,
-    co2e_per_joule: float | None = None,
-) -> list[Fig]:
-    """The jobs on one GPU, charged: each its charged time (or held time) at the GPU's rate, its
-    energy at the GPU's price, and the idle cost of its charged time that was not useful; in each
-    column the jobs together at most what the GPU has (one factor per column, the same for every
-    job on the GPU, where a source's figures overshoot: held times that overlap, counters read
-    at slightly different times). Emissions follow energy: each job its energy x the GPU's kg
-    CO2e per joule (None where the GPU's emissions are not known). A job counts SM-active time as
-    useful where its GPU does and the source has the job's SM-active time; else busy time."""
-    charged = [j.charged_s if j.charged_s is not None else j.sampled_s for j in jobs]
-    k_time = scale_to(sum(charged), gpu.sampled_s if gpu else None)
-    time = [c * k_time for c in charged]
-    k_busy = scale_to(sum(j.busy_s for j in jobs), gpu.busy_s if gpu else None)
-    busy = [min(j.busy_s * k_busy, t) for j, t in zip(jobs, time, strict=True)]
-    k_stall = scale_to(sum(j.stalled_s or 0.0 for j in jobs), gpu.stalled_s if gpu else None)
-    stalled = [None if j.stalled_s is None else min(j.stalled_s * k_stall, b) for j, b in zip(jobs, busy, strict=True)]
-    k_sm = scale_to(sum(j.sm_active_s or 0.0 for j in jobs), gpu.sm_s if gpu else None)
-    sm = [None if j.sm_active_s is None else min(j.sm_active_s * k_sm, t) for j, t in zip(jobs, time, strict=True)]
-    use_sm = [gpu is not None and gpu.use_sm and s is not None for s in sm]
-    useful = [useful_seconds(b, s, st, u) for b, s, st, u in zip(busy, sm, stalled, use_sm, strict=True)]
-    k_useful = scale_to(sum(useful), gpu.useful_s if gpu else None)
-    useful = [u * k_useful for u in useful]
-    k_energy = scale_to(sum(j.energy_j for j in jobs), gpu.energy_j if gpu else None)
-    energy = [j.energy_j * k_energy for j in jobs]
-    idle = [rate * max(0.0, t - u) / 3600 for t, u in zip(time, useful, strict=True)]
-    k_idle = scale_to(sum(idle), gpu.idle_cost if gpu else None)
-    k_alloc_idle = scale_to(sum(j.allocated_idle_s or 0.0 for j in jobs), gpu.idle_s if gpu else None)
-    return [
-        Fig(
-            gpus=0,
-            available_s=t,
-            sampled_s=t,
-            busy_s=b,
-            useful_s=u,
-            sm_s=s,
-            alloc_s=j.sampled_s,  # held: what the job had, whatever it shared
-            idle_s=None if j.allocated_idle_s is None else j.allocated_idle_s * k_alloc_idle,
-            energy_j=e,
-            hardware=rate * t / 3600,
-            energy_cost=e * per_joule,
-            idle_cost=i * k_idle,
-            uuids=frozenset({j.uuid}),
-            stalled_s=st,
-            stalled_cost=rate * (st or 0.0) / 3600,
-            co2e_kg=None if co2e_per_joule is None else e * co2e_per_joule,
-            use_sm=us,
-            busy_measure=gpu.busy_measure if gpu else "",
-            energy_measure=gpu.energy_measure if gpu else "",
-        )
-        for j, t, b, u, s, e, i, st, us in zip(jobs, time, busy, useful, sm, energy, idle, stalled, use_sm, strict=True)
-    ]
-
-
-def rest(uuid: str, gpu: Fig, jobs: list[Fig]) -> Fig:
-    """What of one GPU no job was charged: the GPU less its jobs, column by column; its useful
-    seconds counted as the GPU's are (SM-active or busy)."""
-
-    def less(v: float | None, parts: Iterable[float | None]) -> float | None:
+    def less(v: float | None, name: str) -> float | None:
         if v is None:
             return None
-        left = v - sum(p or 0.0 for p in parts)
+        left = v - charged[name]
         return 0.0 if abs(left) <= 1e-9 * max(abs(v), 1.0) else left  # float residue is nothing left
 
-    def money(v: float, parts: Iterable[float]) -> float:
-        return less(v, parts) or 0.0
+    def money(v: float, name: str) -> float:
+        return less(v, name) or 0.0
 
-    time = less(gpu.available_s, (f.available_s for f in jobs)) or 0.0
+    time = less(gpu.available_s, "time") or 0.0
     return Fig(
         gpus=0,
         available_s=time,
-        sampled_s=less(gpu.sampled_s, (f.sampled_s for f in jobs)) or 0.0,
-        busy_s=less(gpu.busy_s, (f.busy_s for f in jobs)) or 0.0,
-        useful_s=less(gpu.useful_s, (f.useful_s for f in jobs)) or 0.0,
-        sm_s=less(gpu.sm_s, (f.sm_s for f in jobs)),
+        sampled_s=less(gpu.sampled_s, "time") or 0.0,
+        busy_s=less(gpu.busy_s, "busy") or 0.0,
+        useful_s=less(gpu.useful_s, "useful") or 0.0,
+        sm_s=less(gpu.sm_s, "sm"),
         alloc_s=None,
         idle_s=None,
-        energy_j=less(gpu.energy_j, (f.energy_j for f in jobs)),
-        hardware=money(gpu.hardware, (f.hardware for f in jobs)),
-        energy_cost=money(gpu.energy_cost, (f.energy_cost for f in jobs)),
-        idle_cost=money(gpu.idle_cost, (f.idle_cost for f in jobs)),
+        energy_j=less(gpu.energy_j, "energy"),
+        hardware=money(gpu.hardware, "hardware"),
+        energy_cost=money(gpu.energy_cost, "energy_cost"),
+        idle_cost=money(gpu.idle_cost, "idle_cost"),
         uuids=frozenset({uuid}) if time > 0 else frozenset(),
-        stalled_s=less(gpu.stalled_s, (f.stalled_s for f in jobs)),
-        co2e_kg=less(gpu.co2e_kg, (f.co2e_kg for f in jobs)),
+        stalled_s=less(gpu.stalled_s, "stalled"),
+        co2e_kg=less(gpu.co2e_kg, "co2e"),
         use_sm=gpu.use_sm,
         busy_measure=gpu.busy_measure,
         energy_measure=gpu.energy_measure,

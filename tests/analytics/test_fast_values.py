@@ -1,6 +1,7 @@
 """The fast paths of a large report make the same values as the slow ones: ``domain.frozen``'s
-``evolve`` and ``construct`` (for ``dataclasses.replace`` and the constructor) and the ledger's
-``Acc.merge`` (for adding each part again)."""
+``evolve`` and ``construct`` (for ``dataclasses.replace`` and the constructor), the ledger's
+``Acc.merge`` (for adding each part again), and the job rows charged and summed as columns
+(``analytics.report.chargeback``, for adding each charged row's Fig)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analytics.report.chargeback import Charged, charge_all, keyed, summed
 from analytics.report.ledger import Acc, Fig
 from analytics.report.model import CostRow
 from domain.frozen import construct, evolve
@@ -159,3 +161,91 @@ def test_merging_rows_is_adding_their_parts(parts: list[list[Fig]]) -> None:
             assert math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-9), name
         else:
             assert x == y, name
+
+
+def _fig_of(ch: Charged, p: int) -> Fig:
+    """The charged row at position ``p`` as the ledger's Fig (the slow path's part)."""
+
+    def known(name: str) -> float | None:
+        v = float(ch.cols[name][p])
+        return None if math.isnan(v) else v
+
+    g = int(ch.gpu[p])
+    t = float(ch.cols["time"][p])
+    return Fig(
+        gpus=0,
+        available_s=t,
+        sampled_s=t,
+        busy_s=float(ch.cols["busy"][p]),
+        useful_s=float(ch.cols["useful"][p]),
+        sm_s=known("sm"),
+        alloc_s=known("alloc"),
+        idle_s=known("idle"),
+        energy_j=float(ch.cols["energy"][p]),
+        hardware=float(ch.cols["hardware"][p]),
+        energy_cost=float(ch.cols["energy_cost"][p]),
+        idle_cost=float(ch.cols["idle_cost"][p]),
+        uuids=frozenset({ch.uuids[g]}),
+        stalled_s=known("stalled"),
+        stalled_cost=float(ch.cols["stalled_cost"][p]),
+        co2e_kg=known("co2e"),
+        use_sm=bool(ch.use_sm[p]),
+        busy_measure=ch.busy_measure[g],
+        energy_measure=ch.energy_measure[g],
+    )
+
+
+charged_rows = st.builds(
+    JobWeek,
+    uuid=st.sampled_from(["GPU-a", "GPU-b", "GPU-c", "GPU-gone"]),
+    host=st.just("h"),
+    job=st.sampled_from([JobKey("1", "ann"), JobKey("2", "bob"), JobKey("", "", "p", "ns"), JobKey("3")]),
+    sampled_s=st.floats(0, 1e6),
+    busy_s=st.floats(0, 1e6),
+    energy_j=st.floats(0, 1e9),
+    sm_active_s=optional,
+    allocated_idle_s=optional,
+    charged_s=optional,
+    stalled_s=optional,
+    partition=st.sampled_from(["", "gpu"]),
+)
+gpu_figs = st.fixed_dictionaries(
+    {u: figs.map(lambda f: dataclasses.replace(f, gpus=1)) for u in ("GPU-a", "GPU-b", "GPU-c")}
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(charged_rows, max_size=12), gpu_figs, st.floats(0, 10), st.sampled_from([0.0, 1.0, 1e9]))
+def test_job_rows_summed_by_columns_are_their_parts_added(
+    jobs: list[JobWeek], gpus: dict[str, Fig], rate: float, min_useful_h: float
+) -> None:
+    """The build's columns (``analytics.report.chargeback``): each job's and each key's sums and
+    cost rows are those of adding every charged row's Fig into an Acc in the charging order (the
+    ledger's slow path), to the bit; a row on a GPU without figures is charged nothing; each GPU
+    and column: its jobs never have more than the GPU, and the GPU's rest is what they left."""
+    ch = charge_all(
+        jobs, gpus, dict.fromkeys(gpus, rate), dict.fromkeys(gpus, 1e-6), {"GPU-a": 1e-7, "GPU-b": None, "GPU-c": 0.0}
+    )
+    assert sorted(map(id, ch.orphans)) == sorted(id(j) for j in jobs if j.uuid == "GPU-gone")
+    keys, at = keyed(ch, lambda j: j.job.job_id or j.job.pod)
+    sums = summed(ch, at, len(keys), uuids=True)
+    slow = [Acc() for _ in keys]
+    for p, i in enumerate(at.tolist()):
+        slow[i].add(_fig_of(ch, p))
+    fast = sums.rows("job", keys, range(len(keys)), min_useful_h)
+    for i, (a, b) in enumerate(zip(slow, fast, strict=True)):
+        assert dataclasses.astuple(a.row("job", keys[i], min_useful_h)) == dataclasses.astuple(b)
+        assert sums.acc(i).row("job", keys[i], min_useful_h) == a.row("job", keys[i], min_useful_h)
+    for g, uuid in enumerate(ch.uuids):
+        mine = ch.gpu == g
+        for col, cap in (("time", gpus[uuid].sampled_s), ("busy", gpus[uuid].busy_s), ("useful", gpus[uuid].useful_s)):
+            assert ch.cols[col][mine].sum() <= cap * (1 + 1e-9) + 1e-6, (uuid, col)
+    total = Acc()
+    for p in range(len(at)):
+        total.add(_fig_of(ch, p))
+    total.merge(ch.unallocated)
+    fleet = Acc()
+    for f in gpus.values():
+        fleet.add(f)
+    for name in ("available", "busy", "useful", "hardware", "energy_cost", "idle_cost"):
+        assert math.isclose(getattr(total, name), getattr(fleet, name), rel_tol=1e-9, abs_tol=1e-6), name
