@@ -1,18 +1,18 @@
 """Chargeback on columns: every job row of a window charged on its GPU at once (numpy), and the
 sums of the charged rows by job and by groupings' keys.
 
-The rules are the ledger's (``analytics.report.ledger``): a job row pays its GPU's rate for its
-charged time (its held time where the source has no shares) and its energy at the GPU's price; in
-each column the jobs on one GPU together never have more than the GPU (one factor per GPU and
-column, the same for each of its jobs); what no job was charged is the GPU's ``rest``. Here each
-step is one array operation over the ~200,000 job rows of a 10,000-GPU week instead of a Python
-object per row and step (issue 25: the build took 5 s of a 20 s report there).
+The rules (docs/cost-model.md): a job row pays its GPU's rate for its charged time (its held time
+where the source has no shares) and its energy at the GPU's price; in each column the jobs on one
+GPU together never have more than the GPU (one factor per GPU and column, the same for each of its
+jobs); what no job was charged is the GPU's ``rest`` (``analytics.report.ledger``). Each step is
+one array operation over the ~200,000 job rows of a 10,000-GPU week instead of a Python object per
+row and step (issue 25: the build took 5 s of a 20 s report there).
 
-The rows are charged in the ledger's order: GPU by GPU (the window's GPU order), each GPU's jobs
-in the window's order; every sum (per GPU, per job, per key) adds the rows in that order
-(``np.bincount`` adds its weights in index order), so the figures are those of adding the rows
-one at a time. A figure a source did not measure (None) is NaN here, and a sum of a group none of
-whose rows measured it is None again (``Acc``'s rule).
+The rows are charged GPU by GPU (the window's GPU order), each GPU's jobs in the window's order;
+every sum (per GPU, per job, per key) adds the rows in that order (``np.bincount`` adds its weights
+in index order), so the figures are those of adding the rows one at a time. A figure a source did
+not measure (None) is NaN here, and a sum of a group none of whose rows measured it is None again
+(``Acc``'s rule).
 """
 
 from __future__ import annotations
