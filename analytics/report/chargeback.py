@@ -140,7 +140,7 @@ def charge_all(
         "co2e": energy * co2e,
     }
     unallocated = Acc()
-    sums = {name: total(cols[name]).tolist() for name in ("time", *SUMMED[1:], "sm", "stalled", "co2e")}
+    sums = {name: total(cols[name]).tolist() for name in (*SUMMED, "sm", "stalled", "co2e")}
     for i, (u, f) in enumerate(zip(uuids, figs, strict=True)):
         unallocated.add(rest(u, f, {name: s[i] for name, s in sums.items()}))
     orphans = [jobs[i] for i in np.flatnonzero(at < 0).tolist()]
@@ -288,13 +288,14 @@ def summed(ch: Charged, at: Ints, n: int, *, uuids: bool = False) -> Sums:
     parts_sm = np.bincount(at, weights=way, minlength=n).astype(np.intp)
     parts_busy = np.bincount(at, minlength=n) - parts_sm
     measured = (by(np.where(way, t, 0.0)), by(np.where(way, 0.0, t)), parts_sm, parts_busy)
-    pairs = np.unique(at * max(1, len(ch.uuids)) + ch.gpu)  # each (group, GPU) once
-    gpus = np.bincount(pairs // max(1, len(ch.uuids)), minlength=n).tolist()
+    width = max(1, len(ch.uuids))
+    group_of, gpu_of = np.divmod(np.unique(at * width + ch.gpu), width)  # each (group, GPU) once
+    gpus = np.bincount(group_of, minlength=n).tolist()
     sets = None
     if uuids:
         held: list[set[str]] = [set() for _ in range(n)]
-        for p in pairs.tolist():
-            held[p // len(ch.uuids)].add(ch.uuids[p % len(ch.uuids)])
+        for i, g in zip(group_of.tolist(), gpu_of.tolist(), strict=True):
+            held[i].add(ch.uuids[g])
         sets = [frozenset(x) for x in held]
     return Sums(
         {name: by(ch.cols[name]) for name in SUMMED},

@@ -195,17 +195,12 @@ def _fig_of(ch: Charged, p: int) -> Fig:
     )
 
 
-charged_rows = st.builds(
-    JobWeek,
+charged_rows = st.builds(  # job_rows on three GPUs (and one without figures), a few jobs
+    dataclasses.replace,
+    job_rows,
     uuid=st.sampled_from(["GPU-a", "GPU-b", "GPU-c", "GPU-gone"]),
-    host=st.just("h"),
     job=st.sampled_from([JobKey("1", "ann"), JobKey("2", "bob"), JobKey("", "", "p", "ns"), JobKey("3")]),
-    sampled_s=st.floats(0, 1e6),
-    busy_s=st.floats(0, 1e6),
-    energy_j=st.floats(0, 1e9),
-    sm_active_s=optional,
     allocated_idle_s=optional,
-    charged_s=optional,
     stalled_s=optional,
     partition=st.sampled_from(["", "gpu"]),
 )
