@@ -36,14 +36,14 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from analytics.dayfiles import FORMAT, Part, encode, parse, rows_of
+from analytics.dayfiles import FORMAT, JobRows, Part, encode, parse, rows_of
 from analytics.dayparts import merge_gpus, merge_jobs, union
 from analytics.report.output import write_atomic
 from analytics.sources.base import (
@@ -195,14 +195,14 @@ class DayCached(Enriched):
 
     def jobs(self, w: Window, gpus: GpuFigures) -> JobFigures:
         assert isinstance(gpus.carry, _Parts), "DayCached.jobs takes DayCached.gpus' figures"
-        per_part: list[tuple[JobWeek, ...]] = []
+        per_part: list[Sequence[JobWeek]] = []
         approximations: list[str] = []
         problems: list[str] = []
         for x in gpus.carry.parts:
             live = x.live
             if x.jobs is not None:
                 try:
-                    per_part.append(x.jobs if isinstance(x.jobs, tuple) else x.jobs.made())
+                    per_part.append(x.jobs.made() if isinstance(x.jobs, JobRows) else x.jobs)
                     continue
                 except (ValueError, TypeError, KeyError, IndexError) as e:  # its jobs from the store
                     self._damaged(self._path(x.days[0]), e)

@@ -9,8 +9,11 @@ import math
 import operator
 from collections.abc import Iterable, Sequence
 
-from domain.frozen import evolve
+import numpy as np
+import numpy.typing as npt
+
 from domain.jobs import JobKey
+from domain.jobtable import NUMBERS, Floats, JobTable
 from domain.week import Day, GpuDay, GpuWeek, JobWeek, Window, job_clusters
 
 MIXED = "mixed"
@@ -110,45 +113,54 @@ def rebin(parts: Sequence[tuple[Sequence[Day], Sequence[float] | None]], w: Wind
     return tuple(out)
 
 
-def merge_jobs(per_day: Sequence[Sequence[JobWeek]], gpus: Sequence[GpuWeek]) -> tuple[JobWeek, ...]:
-    """Each (GPU, job)'s days added up, in GPU order; a job takes its GPU's cluster over the window
-    (as ``WeekData`` would). A row of one day is that day's row, as it is."""
-    by_gpu: dict[str, dict[JobKey, JobWeek | list[JobWeek]]] = {}  # a row of one day as it is, else its days
-    for jobs in per_day:
-        for j in jobs:
-            if (mine := by_gpu.get(j.uuid)) is None:
-                mine = by_gpu[j.uuid] = {}
-            if (got := mine.get(j.job)) is None:
-                mine[j.job] = j
-            elif isinstance(got, list):
-                got.append(j)
-            else:
-                mine[j.job] = [got, j]
-    clusters = job_clusters(gpus)
-    out = []
-    for uuid in sorted(by_gpu):  # 10,000 GPUs sorted, not 200,000 rows
-        cluster = clusters.get(uuid, "")
-        for got in by_gpu[uuid].values():
-            if not isinstance(got, list):
-                out.append(got if got.cluster == cluster else evolve(got, cluster=cluster))
-            else:
-                out.append(_added(got, cluster))
-    return tuple(out)
+def merge_jobs(per_day: Sequence[Sequence[JobWeek]], gpus: Sequence[GpuWeek]) -> JobTable:
+    """Each (GPU, job)'s days added up, as columns (``domain.jobtable``): in GPU order, a GPU's jobs
+    in the order they first appear; each figure the sum of the days that measured it (None where
+    none did), the host the last day's that names one, the rest the first day's; and the job takes
+    its GPU's cluster over the window (as ``WeekData`` would). A sum of two days is their
+    addition, which is ``math.fsum``'s; one of three or more days is ``math.fsum``'s."""
+    t = JobTable.joined([JobTable.of(rows) for rows in per_day])
+    uuid = t.texts["uuid"]
+    first: dict[tuple[str, JobKey], int] = {}
+    group = np.fromiter((first.setdefault(p, len(first)) for p in zip(uuid, t.keys, strict=True)), np.intp, t.n)
+    m = len(first)
+    lead = np.unique(group, return_index=True)[1]  # each (GPU, job)'s first row
+    rank = {u: i for i, u in enumerate(sorted(set(uuid)))}
+    order = np.argsort(np.array([rank[uuid[i]] for i in lead.tolist()], dtype=np.intp), kind="stable")
+    counts = np.bincount(group, minlength=m)
+    numbers: dict[str, Floats] = {}
+    texts: dict[str, list[str]] = {}
+    if m < t.n:  # some job has rows of several days
+        for name in NUMBERS:
+            col = t.numbers[name]
+            known = ~np.isnan(col)
+            sums = np.bincount(group, weights=np.where(known, col, 0.0), minlength=m).astype(np.float64)
+            sums[np.bincount(group, weights=known, minlength=m) == 0] = np.nan
+            numbers[name] = sums
+        _fsums(numbers, t, group, counts)
+        host = [t.texts["host"][i] for i in lead.tolist()]
+        for i in np.flatnonzero(counts[group] > 1).tolist():  # the last day's non-empty host
+            host[group[i]] = t.texts["host"][i] or host[group[i]]
+        texts["host"] = host
+    out = t.taken(lead[order])
+    if numbers or texts:
+        out = out.with_(
+            texts={k: [v[i] for i in order.tolist()] for k, v in texts.items()},
+            numbers={k: v[order] for k, v in numbers.items()},
+        )
+    return out.in_clusters(job_clusters(gpus))
 
 
-def _added(mine: list[JobWeek], cluster: str) -> JobWeek:
-    """One (GPU, job)'s days added up."""
-    return evolve(
-        mine[0],
-        host=_last(j.host for j in mine),
-        sampled_s=math.fsum(j.sampled_s for j in mine),
-        busy_s=math.fsum(j.busy_s for j in mine),
-        energy_j=math.fsum(j.energy_j for j in mine),
-        sm_active_s=_optional_sum(j.sm_active_s for j in mine),
-        allocated_idle_s=_optional_sum(j.allocated_idle_s for j in mine),
-        charged_s=_optional_sum(j.charged_s for j in mine),
-        stalled_s=_optional_sum(j.stalled_s for j in mine),
-        nvlink_bytes=_optional_sum(j.nvlink_bytes for j in mine),
-        pcie_bytes=_optional_sum(j.pcie_bytes for j in mine),
-        cluster=cluster,
-    )
+def _fsums(sums: dict[str, Floats], t: JobTable, group: npt.NDArray[np.intp], counts: npt.NDArray[np.intp]) -> None:
+    """The sums of the jobs of three or more rows, made again with ``math.fsum`` (exact to the bit)."""
+    many = np.flatnonzero(counts > 2)
+    if not len(many):
+        return
+    rows = np.flatnonzero(np.isin(group, many))
+    by_group = rows[np.argsort(group[rows], kind="stable")]
+    ends = np.cumsum(counts[many])
+    for g, mine in zip(many.tolist(), np.split(by_group, ends[:-1]), strict=True):
+        for name in NUMBERS:
+            values = t.numbers[name][mine]
+            known = values[~np.isnan(values)]
+            sums[name][g] = math.fsum(known.tolist()) if len(known) else math.nan

@@ -20,6 +20,7 @@ from analytics.sources.dcgm import DcgmSource
 from analytics.sources.embedded import EmbeddedSource
 from analytics.sources.promapi import DeadlinePassed
 from analytics.sources.prometheus import PrometheusSource
+from domain.jobtable import JobTable
 from domain.week import Window
 from exporter.config import default_history_path
 from exporter.sampling.stalls import rule_of
@@ -104,7 +105,7 @@ def make_report(
     with fewer_collections(), source.session():
         data = source.week(window)
         if owners is not None:
-            for j in data.jobs:
+            for j in JobTable.of(data.jobs).views():
                 if j.job.user:
                     owners.setdefault(job_key(j), j.job.user)
         previous = None

@@ -5,7 +5,9 @@ A ratio of two trees measured side by side (A, B, B, A, A, B, ...) on the same d
 minute holds where absolute figures do not: this machine's speed moves by a third from one day to
 the next (docs/performance.md). ``--work`` is a folder that ``bench/rollup_scale.py --cache``
 left (its ``data``, ``prometheus.yml`` and the seven days kept in ``reports-warmup/.days``); each
-tree's reports go to a folder of its own holding a copy of those days. Each tree runs with its own
+tree's reports go to a folder of its own holding a copy of those days, and each tree keeps the
+week's days there first (none where the copied ones are in its layout; its own where its layout
+differs: another key). Each tree runs with its own
 folder first on ``PYTHONPATH`` and as the working directory; the first pair is a warm-up and is not
 counted. The run fails where a report fails.
 
@@ -51,6 +53,17 @@ def report(tree: Path, url: str, out: Path) -> tuple[float, float, float]:
     return seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
+def keep(tree: Path, url: str, out: Path) -> None:
+    """The week's days kept in ``out`` by ``tree``'s code (``bench/rollup_scale.py``'s ``keep_days``):
+    nothing where its files are there already, else its own (another layout, another key)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
+    env["PYTHONPATH"] = str(tree)
+    code = "import sys, pathlib, bench.rollup_scale as r; r.keep_days(sys.argv[1], pathlib.Path(sys.argv[2]))"
+    got = subprocess.run([sys.executable, "-c", code, url, str(out)], env=env, cwd=tree, capture_output=True, text=True)
+    if got.returncode:
+        raise SystemExit(f"{tree}: keeping the days failed:\n{got.stderr[-2000:]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, required=True, help="a bench/rollup_scale.py cache folder of one size")
@@ -71,6 +84,8 @@ def main() -> None:
             shutil.copytree(kept, out / ".days")
         prom, url = start_prometheus(a.work, PORT_BASE + gpus % 1000)
         try:
+            for name, tree in trees.items():  # each tree's own files, where its layout is not the copied one's
+                keep(tree, url, outs[name])
             for i in range(a.pairs + 1):
                 for name in ("A", "B") if i % 2 == 0 else ("B", "A"):
                     got = report(trees[name], url, outs[name])

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +37,19 @@ from domain.week import JobWeek
 GROUPINGS = ("user", "account", "namespace")
 
 
-def per_key(jobs: tuple[JobWeek, ...], r: Report, grouping: str) -> Iterator[Statement]:
+def per_key(jobs: Sequence[JobWeek], r: Report, grouping: str) -> Iterator[Statement]:
     for k in keys(jobs, grouping):
         yield statement_of(jobs, r, grouping, k, None)
 
 
-def one_pass(jobs: tuple[JobWeek, ...], r: Report, grouping: str) -> Iterator[Statement]:
+def one_pass(jobs: Sequence[JobWeek], r: Report, grouping: str) -> Iterator[Statement]:
     return statements_of(jobs, r, grouping, None)
 
 
-Way = Callable[[tuple[JobWeek, ...], Report, str], Iterator[Statement]]
+Way = Callable[[Sequence[JobWeek], Report, str], Iterator[Statement]]
 
 
-def run(way: Way, jobs: tuple[JobWeek, ...], r: Report, formats: list[str], folder: Path) -> tuple[int, int]:
+def run(way: Way, jobs: Sequence[JobWeek], r: Report, formats: list[str], folder: Path) -> tuple[int, int]:
     made = files = 0
     for grouping in GROUPINGS:
         for st in way(jobs, r, grouping):
@@ -58,7 +58,7 @@ def run(way: Way, jobs: tuple[JobWeek, ...], r: Report, formats: list[str], fold
     return made, files
 
 
-def timed(way: Way, jobs: tuple[JobWeek, ...], r: Report, formats: list[str]) -> dict[str, Any]:
+def timed(way: Way, jobs: Sequence[JobWeek], r: Report, formats: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         gc.collect()
         t = time.perf_counter()

@@ -9,9 +9,13 @@ import statistics
 import zoneinfo
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from domain.frozen import evolve
 from domain.jobs import JobKey
+
+if TYPE_CHECKING:  # domain.jobtable imports this module (and numpy, which the exporter never needs)
+    from domain.jobtable import JobTable
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,28 @@ class JobWeek:
     cluster: str = ""
 
 
+class JobAttrs(Protocol):
+    """What a job row says of who held which GPU, without its figures: a ``JobWeek``, or a
+    ``domain.jobtable.JobView`` of a table's row (what groupings and job keys read)."""
+
+    @property
+    def uuid(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def job(self) -> JobKey: ...
+    @property
+    def partition(self) -> str: ...
+    @property
+    def account(self) -> str: ...
+    @property
+    def qos(self) -> str: ...
+    @property
+    def labels(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def cluster(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class QueueWeek:
     partition: str
@@ -230,7 +256,7 @@ class WeekData:
     window: Window
     source: str  # prometheus | embedded | dcgm
     gpus: tuple[GpuWeek, ...]
-    jobs: tuple[JobWeek, ...] = ()
+    jobs: tuple[JobWeek, ...] | JobTable = ()  # a table: the same rows as columns (domain.jobtable)
     queue: tuple[QueueWeek, ...] = ()
     failures: tuple[FailureWeek, ...] = ()
     bench: BenchWeek | None = None
@@ -242,7 +268,9 @@ class WeekData:
         """Over several clusters, each job takes its GPU's cluster: job ids repeat across clusters
         (a source may have set it already: ``job_clusters``)."""
         clusters = job_clusters(self.gpus)
-        if clusters or any(j.cluster for j in self.jobs):
+        if not isinstance(self.jobs, tuple):
+            object.__setattr__(self, "jobs", self.jobs.in_clusters(clusters))
+        elif clusters or any(j.cluster for j in self.jobs):
             jobs = tuple(j if j.cluster == (c := clusters.get(j.uuid, "")) else evolve(j, cluster=c) for j in self.jobs)
             object.__setattr__(self, "jobs", jobs)  # frozen: set once, here, before anyone reads it
 

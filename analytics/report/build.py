@@ -59,10 +59,10 @@ from analytics.report.model import (
 from analytics.report.useful import sm_gpus, useful_seconds
 from analytics.report.week_rows import _daily, _failures, _queue, _rent
 from domain.jobs import CLUSTER_SEP
-from domain.week import JobWeek, WeekData
+from domain.week import JobAttrs, WeekData
 
 GROUPINGS = GROUP_BY  # every grouping name but label:<name> (its old name here)
-JobAttr = tuple[str, Callable[[JobWeek], str], str]  # (grouping, the job's attribute, its none key)
+JobAttr = tuple[str, Callable[[JobAttrs], str], str]  # (grouping, the job's attribute, its none key)
 
 
 def build(
@@ -246,7 +246,7 @@ def build(
     )
 
 
-def job_key(j: JobWeek) -> str:
+def job_key(j: JobAttrs) -> str:
     """A job row's key: the Slurm job id, else ``namespace/pod``, else the user's unattributed
     time; ``cluster:`` before it where the window spans several clusters (``site-a:1001``)."""
     k = j.job

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import TypeVar
 
 import numpy as np
@@ -29,7 +28,8 @@ from analytics.cost import JOULES_PER_KWH
 from analytics.report.ledger import Acc, Fig, busy_measure, energy_measure, rest
 from analytics.report.model import CostRow
 from analytics.report.useful import BUSY, MIXED, SM
-from domain.week import JobWeek
+from domain.jobtable import JobTable
+from domain.week import JobAttrs, JobWeek
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.intp]
@@ -46,7 +46,7 @@ class Charged:
     """The window's job rows charged: ``jobs`` as the window has them, ``order`` the positions of
     those on GPUs with figures in charging order (every column below is in that order)."""
 
-    jobs: Sequence[JobWeek]
+    jobs: JobTable
     order: Ints
     uuids: list[str]  # the GPUs charged (``gpu`` indexes them)
     gpu: Ints  # each charged row's GPU
@@ -60,10 +60,6 @@ class Charged:
     def row(self, at: int) -> JobWeek:
         """The charged row at position ``at`` of the charging order."""
         return self.jobs[int(self.order[at])]
-
-
-def _col(jobs: Sequence[JobWeek], name: str) -> Floats:
-    return np.array(list(map(attrgetter(name), jobs)), dtype=np.float64)  # None -> NaN
 
 
 def _scale(total: Floats, cap: Floats) -> Floats:
@@ -89,14 +85,15 @@ def charge_all(
     uuids = list(gpus)
     index = {u: i for i, u in enumerate(uuids)}
     n = len(uuids)
-    at = np.array([index.get(j.uuid, -1) for j in jobs], dtype=np.intp)
+    table = JobTable.of(jobs)  # None is NaN in its columns
+    at = np.array([index.get(u, -1) for u in table.texts["uuid"]], dtype=np.intp)
     order = np.flatnonzero(at >= 0)
     order = order[np.argsort(at[order], kind="stable")]  # GPU by GPU, each GPU's in the window's order
     g = at[order]
     figs = [gpus[u] for u in uuids]
 
-    def col(name: str) -> Floats:  # read in the window's order (its rows lie in memory that way)
-        return _col(jobs, name)[order]
+    def col(name: str) -> Floats:
+        return table.numbers[name][order]
 
     def per_gpu(get: Callable[[Fig], float | None]) -> Floats:
         return np.array([get(f) for f in figs], dtype=np.float64)
@@ -143,16 +140,16 @@ def charge_all(
     sums = {name: total(cols[name]).tolist() for name in (*SUMMED, "sm", "stalled", "co2e")}
     for i, (u, f) in enumerate(zip(uuids, figs, strict=True)):
         unallocated.add(rest(u, f, {name: s[i] for name, s in sums.items()}))
-    orphans = [jobs[i] for i in np.flatnonzero(at < 0).tolist()]
+    orphans = [table[i] for i in np.flatnonzero(at < 0).tolist()]
     busy_m, energy_m = [f.busy_measure for f in figs], [f.energy_measure for f in figs]
-    return Charged(jobs, order, uuids, g, cols, use_sm, busy_m, energy_m, unallocated, orphans)
+    return Charged(table, order, uuids, g, cols, use_sm, busy_m, energy_m, unallocated, orphans)
 
 
-def keyed(ch: Charged, key: Callable[[JobWeek], K]) -> tuple[list[K], Ints]:
+def keyed(ch: Charged, key: Callable[[JobAttrs], K]) -> tuple[list[K], Ints]:
     """The distinct keys of the charged rows in the order they first come in the charging order,
-    and each charged row's (an index into them)."""
+    and each charged row's (an index into them). ``key`` reads the rows' views (``JobView``)."""
     first: dict[K, int] = {}
-    codes = np.array([first.setdefault(key(j), len(first)) for j in ch.jobs], dtype=np.intp)[ch.order]
+    codes = np.array([first.setdefault(key(j), len(first)) for j in ch.jobs.views()], dtype=np.intp)[ch.order]
     present, pos = np.unique(codes, return_index=True)
     present = present[np.argsort(pos, kind="stable")]  # by first place in the charging order
     renumber = np.zeros(len(first), dtype=np.intp)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from domain.week import GpuWeek, JobWeek
+from domain.week import GpuWeek, JobAttrs
 
 Scope = Literal["job", "gpu"]
 JOB: Scope = "job"  # keyed per job: its rows + unallocated = the fleet
@@ -49,7 +49,7 @@ class Grouping:
     """One grouping: how it keys a job (or a GPU), how the reports name it, what else uses it."""
 
     name: str  # the rows' group (JSON, CSV, /metrics' group label), in group_by, budgets and statements
-    job: Callable[[JobWeek], str] | None = None  # a job grouping: the job's attribute ("": it has none)
+    job: Callable[[JobAttrs], str] | None = None  # a job grouping: the job's attribute ("": it has none)
     gpu: Callable[[GpuWeek], str] | None = None  # a GPU grouping: the GPU's attribute ("": it has none)
     none: str = NONE  # the key of the jobs (GPUs) without the attribute
     slug: str  # the section's id (HTML) and the key of its charts
@@ -72,7 +72,7 @@ class Grouping:
     def scope(self) -> Scope:
         return JOB if self.job is not None else GPU
 
-    def of_job(self, j: JobWeek) -> str:
+    def of_job(self, j: JobAttrs) -> str:
         """The job's key (a GPU grouping keys no job: its ``none``)."""
         return (self.job(j) if self.job is not None else "") or self.none
 
@@ -135,7 +135,7 @@ def label(name: str) -> Grouping:
     """The row of ``label:<name>``: a job grouping by the pod label ``name`` (kube-state-metrics'
     ``label_<pod label>``, e.g. ``label_team``): the job's value of it."""
 
-    def value(j: JobWeek) -> str:
+    def value(j: JobAttrs) -> str:
         return next((v for k, v in j.labels if k == name), "")
 
     return Grouping(

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
+
 from analytics.cost import CostModel
+from domain.jobtable import JobTable
 from domain.week import WeekData
 
 SM, BUSY, MIXED = "sm_active", "busy", "mixed"
@@ -69,7 +72,9 @@ def sm_gpus(data: WeekData, cost: CostModel) -> tuple[frozenset[str], list[str]]
     gpus = list(data.gpus)
     measured = frozenset(g.uuid for g in gpus if g.sm_active_s is not None)
     lacking = len(gpus) - len(measured)
-    jobs = sum(1 for j in data.jobs if j.uuid in measured and j.sm_active_s is None)
+    table = JobTable.of(data.jobs)
+    lacking_sm = np.isnan(table.numbers["sm_active_s"]).tolist()
+    jobs = sum(1 for u, no_sm in zip(table.texts["uuid"], lacking_sm, strict=True) if no_sm and u in measured)
     why = []
     if lacking:
         why.append(f"{lacking} of {len(gpus)} GPUs have no SM-activity figure")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from domain.jobs import JobKey
+from domain.jobtable import JobTable
 from domain.week import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, Window
 
 HOUR = 3600.0
@@ -70,7 +71,7 @@ class GpuFigures:
 class JobFigures:
     """The window's jobs on those GPUs, not yet joined to their Slurm records or pod labels."""
 
-    jobs: tuple[JobWeek, ...] = ()
+    jobs: tuple[JobWeek, ...] | JobTable = ()  # a table: the same rows as columns (domain.jobtable)
     approximations: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()
 

@@ -25,8 +25,8 @@ from analytics.sources.base import (
     QueuePart,
     Source,
 )
-from domain.frozen import evolve
 from domain.jobs import JobKey
+from domain.jobtable import JobTable
 from domain.week import BenchWeek, FailureWeek, GpuWeek, JobWeek, QueueWeek, WeekData, Window
 
 T = TypeVar("T")
@@ -88,20 +88,20 @@ def week(source: Source, w: Window, *, jobs: bool = True) -> WeekData:
         if jobs:
             per_job = source.jobs(w, g)
             problems += per_job.problems
-        rows = list(per_job.jobs)
+        rows = JobTable.of(per_job.jobs)
         notes: list[str] = []
-        if any(j.job.job_id for j in rows):
+        if any(k.job_id for k in rows.keys):
             rows = join_slurm(rows, g.gpus, g.targets, records.result())
-            if unknown := sum(1 for j in rows if j.job.job_id and not j.job.user):
+            if unknown := sum(1 for k in rows.keys if k.job_id and not k.user):
                 notes.append(NO_USER.format(n=unknown))
-        if source.pod_label_names and any(j.job.pod for j in rows):
-            rows = _labelled(source, w, rows, g.gpus, problems)
+        if source.pod_label_names and any(k.pod for k in rows.keys):
+            rows = JobTable.of(_labelled(source, w, rows, g.gpus, problems))
         s = side.result()
     return WeekData(
         w,
         source.name,
         g.gpus,
-        tuple(rows),
+        rows,
         tuple(s.queue),
         tuple(s.failures),
         s.bench,
@@ -112,8 +112,8 @@ def week(source: Source, w: Window, *, jobs: bool = True) -> WeekData:
 
 
 def _labelled(
-    source: Source, w: Window, rows: list[JobWeek], gpus: Sequence[GpuWeek], problems: list[str]
-) -> list[JobWeek]:
+    source: Source, w: Window, rows: Sequence[JobWeek], gpus: Sequence[GpuWeek], problems: list[str]
+) -> Sequence[JobWeek]:
     """The pod rows with their chosen kube_pod_labels labels (``kubernetes.label_rows``)."""
     none: Mapping[PodKey, Labels] | None = {}
     found = part("pod labels", lambda: source.pod_labels(w, source.pod_label_names), none, problems)
@@ -126,21 +126,24 @@ def _labelled(
 
 def join_slurm(
     rows: Sequence[JobWeek], gpus: Sequence[GpuWeek], targets: Mapping[str, str], records: JobRecords
-) -> list[JobWeek]:
+) -> JobTable:
     """Each Slurm job row's account, partition and QOS (and, where the row has none, its user):
     the scheduler's record of the job on its GPU's cluster, else what its processes claimed (on
     its GPU's scrape target, else its cluster with its user); a field the scheduler leaves empty
-    is filled from the claim."""
+    is filled from the claim. On columns: a job's rows on its GPUs are joined once."""
+    t = JobTable.of(rows)
     cluster = {g.uuid: g.cluster for g in gpus}
-    joined: dict[tuple[str, str, JobKey], tuple[JobKey, str, str, str]] = {}  # a job's rows on its GPUs: one join
-    out = []
-    for j in rows:
-        k = j.job
+    joined: dict[tuple[str, str, JobKey], tuple[JobKey, str, str, str]] = {}
+    keys: list[JobKey] = []
+    slurm: list[tuple[str, str, str]] = []  # (account, partition, qos) per row
+    texts = t.texts
+    for u, k, *fields in zip(texts["uuid"], t.keys, texts["account"], texts["partition"], texts["qos"], strict=True):
         if not k.job_id:
-            out.append(j)
+            keys.append(k)
+            slurm.append((fields[0], fields[1], fields[2]))
             continue
-        c = cluster.get(j.uuid, "")
-        target = targets.get(j.uuid, "")
+        c = cluster.get(u, "")
+        target = targets.get(u, "")
         if (done := joined.get((c, target, k))) is None:
             rec = records.scheduler.get((c, k.job_id))
             claim = records.claim(c, target, k)
@@ -150,9 +153,10 @@ def join_slurm(
             user = k.user or (rec.user if rec else "")
             key = JobKey(k.job_id, user, k.pod, k.namespace, k.container, account, partition, qos)
             done = joined[c, target, k] = (key, account, partition, qos)
-        key, account, partition, qos = done
-        out.append(evolve(j, job=key, account=account, partition=partition, qos=qos))
-    return out
+        keys.append(done[0])
+        slurm.append(done[1:])
+    cols: list[list[str]] = [list(x) for x in zip(*slurm, strict=True)] if slurm else [[], [], []]
+    return t.with_(texts=dict(zip(("account", "partition", "qos"), cols, strict=True)), keys=keys)
 
 
 class Enriched:

@@ -10,7 +10,7 @@ import datetime as dt
 import re
 import zoneinfo
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from analytics.config import FullSettings
@@ -150,7 +150,7 @@ def statement(
 
 
 def statement_of(
-    jobs: tuple[JobWeek, ...],
+    jobs: Sequence[JobWeek],
     report: Report,
     grouping: str,
     key: str,
@@ -166,7 +166,7 @@ def statement_of(
 
 
 def statements_of(
-    jobs: tuple[JobWeek, ...], report: Report, grouping: str, states: dict[str, str] | None
+    jobs: Sequence[JobWeek], report: Report, grouping: str, states: dict[str, str] | None
 ) -> Iterator[Statement]:
     """Every key's statement (``keys`` order) from one pass over the jobs, each yielded as it is
     made: a month of 100,000 jobs is written statement by statement, never held all at once, and
@@ -244,7 +244,7 @@ class _Shared:
         )
 
 
-def keys(jobs: tuple[JobWeek, ...], grouping: str) -> list[str]:
+def keys(jobs: Sequence[JobWeek], grouping: str) -> list[str]:
     """Every key of ``grouping`` among the window's jobs; none where no job has the attribute
     (a grouping without data, as the report shows no section for it)."""
     g = by(grouping)

@@ -7,6 +7,7 @@ series in tests/analytics/test_rollups.py and test_dcgm_truth.py."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import logging
@@ -14,12 +15,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analytics.daycache import DayCached
-from analytics.dayfiles import JOB_FIELDS
+from analytics.dayfiles import FORMAT
 from analytics.dayparts import merge_gpus, merge_jobs, rebin
 from analytics.sources.base import GpuFigures, Source
 from analytics.sources.embedded import EmbeddedSource
@@ -140,8 +142,8 @@ def test_another_source_or_setting_never_reads_the_days(hist: Path, tmp_path: Pa
         lambda text: text[:-1],  # the job rows' line without its end
         lambda text: text.partition("\n")[0],  # no job rows
         lambda text: "[]",
-        lambda text: text.replace('"format":2', '"format":99'),
-        lambda text: _file({**json.loads(text.partition("\n")[0]), "format": 1}, _jobs(text)),  # the old layout
+        lambda text: text.replace(f'"format":{FORMAT}', '"format":99'),
+        lambda text: _file({**json.loads(text.partition("\n")[0]), "format": 2}, _jobs(text)),  # the old layout
         lambda text: text.replace('"start":', '"start":1'),  # another day's figures under this day's name
         lambda text: _file({**json.loads(text.partition("\n")[0]), "gpus": [[1, 2]]}, _jobs(text)),
     ],
@@ -152,7 +154,7 @@ def test_another_source_or_setting_never_reads_the_days(hist: Path, tmp_path: Pa
         "no-job-rows",
         "not-an-object",
         "other-format",
-        "format-1",
+        "format-2",
         "other-day",
         "bad-row",
     ],
@@ -174,40 +176,61 @@ def test_a_damaged_file_is_read_again_from_the_store(
     assert [r.getMessage() for r in caplog.records if path.name in r.getMessage()], caplog.text
     assert source.keep_days(w) == 1
     head, jobs = path.read_text().splitlines()  # written whole: two lines of JSON
-    assert json.loads(head)["format"] == 2 and isinstance(json.loads(jobs), list)
+    assert json.loads(head)["format"] == FORMAT and isinstance(json.loads(jobs), dict)
 
 
-def _jobs(text: str) -> list[Any]:
-    rows: list[Any] = json.loads(text.split("\n")[1])
-    return rows
+def _jobs(text: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(text.split("\n")[1])
+    return doc
 
 
 def _file(head: dict[str, Any], jobs: object) -> str:
     return f"{json.dumps(head)}\n{json.dumps(jobs)}\n"
 
 
-def _damaged_job(text: str, where: int | None, value: object) -> str:
-    jobs: Any = _jobs(text)
-    assert jobs, "the day has job rows"
-    if where is None:
-        jobs = value
-    elif where == LABELS_AT:
-        jobs[0][where] = value
-    else:
-        jobs[0][where][0] = value
-    return _file(json.loads(text.split("\n")[0]), jobs)
+def _damaged_job(text: str, damage: Any) -> str:
+    jobs = _jobs(text)
+    assert jobs["n"] > 0, "the day has job rows"
+    return _file(json.loads(text.split("\n")[0]), damage(jobs))
 
 
-LABELS_AT, KEY_AT = JOB_FIELDS.index("labels"), JOB_FIELDS.index("job")
+def _with(doc: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    return {**doc, **changes}
+
+
+def _b64(values: list[int], dtype: str = "<i4") -> str:
+    return base64.b64encode(np.array(values, dtype=dtype).tobytes()).decode()
 
 
 @pytest.mark.parametrize(
-    ("where", "value"),
-    [(KEY_AT, {"job_id": 1}), (LABELS_AT, [5]), (None, [[1, 2]]), (None, {"rows": []})],
-    ids=["unhashable-key", "bad-labels", "short-job-row", "not-a-list"],
+    "damage",
+    [
+        lambda d: _with(d, n_keys=d["n_keys"] + 1),  # more keys than their texts
+        lambda d: _with(d, label_sets=[[5]]),  # a label that is not a (name, value) pair
+        lambda d: _with(d, strings=[5, *d["strings"][1:]]),  # a text that is not a string
+        lambda d: _with(d, numbers={**d["numbers"], "busy_s": _b64([1, 2], "<f8")}),  # a column cut short
+        lambda d: _with(d, numbers={**d["numbers"], "busy_s": "not base64!"}),
+        lambda d: _with(d, numbers={k: v for k, v in d["numbers"].items() if k != "energy_j"}),  # a column missing
+        lambda d: _with(d, texts={**d["texts"], "uuid": _b64([len(d["strings"])] * d["n"])}),  # past the texts
+        lambda d: _with(d, keys=_b64([-1] * d["n"])),  # before the keys
+        lambda d: _with(d, n=d["n"] + 1),
+        lambda d: [d],
+    ],
+    ids=[
+        "more-keys-than-texts",
+        "bad-labels",
+        "not-a-string",
+        "short-column",
+        "not-base64",
+        "missing-column",
+        "index-past-texts",
+        "negative-index",
+        "wrong-count",
+        "not-an-object",
+    ],
 )
 def test_job_rows_found_damaged_when_made_are_read_from_the_store(
-    hist: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, where: int | None, value: object
+    hist: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: Any
 ) -> None:
     """A kept day's job rows are made only where the jobs are asked (a previous week's fleet
     figures need none): one found damaged then is named, its file deleted, the day's jobs read from
@@ -216,7 +239,7 @@ def test_job_rows_found_damaged_when_made_are_read_from_the_store(
     inner = EmbeddedSource(hist)
     kept(inner, tmp_path, w.end).keep_days(w)
     path = sorted(tmp_path.glob("*.json"))[3]
-    path.write_text(_damaged_job(path.read_text(), where, value))
+    path.write_text(_damaged_job(path.read_text(), damage))
     source = kept(inner, tmp_path, w.end)
     fleet_only = source.week(w, jobs=False)  # the job rows are not made: the file is not found out
     assert path.exists()
@@ -319,23 +342,33 @@ def test_merged_days_add_up(data: st.DataObject, n: int, hours: bool) -> None:
     )
 )
 def test_merged_job_rows_add_up_per_gpu_and_job(per_day: list[list[tuple[str, str, float, float | None]]]) -> None:
-    """One row per (GPU, job) over the days; its figures the days' sums, None where no day measured it."""
+    """One row per (GPU, job) over the days, GPU by GPU, a GPU's jobs in the order they first come;
+    its figures the days' ``math.fsum`` to the bit, None where no day measured it; its host the
+    last day's that names one, the rest the first day's."""
     gpus = [
         GpuWeek(u, "h", "m", "0", 1.0, 0.0, None, None, None, None, cluster=c)
         for u, c in (("GPU-a", "x"), ("GPU-b", "y"))
     ]
     days_rows = [
-        [JobWeek(u, "h", JobKey(job, "alice"), s, s / 2, s, charged_s=c) for u, job, s, c in rows] for rows in per_day
+        [
+            JobWeek(u, f"h{d}" if s > 1 else "", JobKey(job, "alice"), s, s / 2, s, charged_s=c, partition=f"p{d}")
+            for u, job, s, c in rows
+        ]
+        for d, rows in enumerate(per_day)
     ]
     merged = merge_jobs(days_rows, gpus)
     keys = [(j.uuid, j.job) for j in merged]
-    assert len(keys) == len(set(keys)) == len({(j.uuid, j.job) for rows in days_rows for j in rows})
-    assert [k[0] for k in keys] == sorted(k[0] for k in keys)
+    every = [(x.uuid, x.job) for rows in days_rows for x in rows]
+    assert keys == sorted(dict.fromkeys(every), key=lambda k: k[0])  # GPU by GPU, each in first-seen order
     for j in merged:
         mine = [x for rows in days_rows for x in rows if (x.uuid, x.job) == (j.uuid, j.job)]
-        assert j.sampled_s == pytest.approx(math.fsum(x.sampled_s for x in mine))
+        assert j.sampled_s == math.fsum(x.sampled_s for x in mine)
+        assert j.busy_s == math.fsum(x.busy_s for x in mine)
         charged = [x.charged_s for x in mine if x.charged_s is not None]
-        assert j.charged_s == (pytest.approx(math.fsum(charged)) if charged else None)
+        assert j.charged_s == (math.fsum(charged) if charged else None)
+        assert j.stalled_s is None and j.sm_active_s is None
+        assert j.host == next((x.host for x in reversed(mine) if x.host), "")
+        assert j.partition == mine[0].partition
         assert j.cluster == {"GPU-a": "x", "GPU-b": "y"}[j.uuid]
 
 
