@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from analytics.gpucolumns import NUMBERS as GPU_NUMBERS
+from analytics.gpucolumns import TEXTS as GPU_TEXTS
+from analytics.gpucolumns import GpuColumns
 from analytics.sources.base import GpuFigures
-from domain.frozen import construct
 from domain.jobs import JobKey
 from domain.jobtable import NUMBERS, TEXTS, JobTable, Labels
-from domain.week import Day, GpuDay, GpuWeek, JobWeek, Window
+from domain.week import Day, GpuWeek, JobWeek, Window
 
-FORMAT = 3  # the files' layout; another value is read again from the store (2: job rows as lists)
+FORMAT = 3  # the files' layout; another value is read again from the store (2: rows as JSON lists)
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Part:
     written), or days read from the store at once (``live``: the days between kept ones)."""
 
     days: tuple[Day, ...]
-    gpus: tuple[GpuWeek, ...]
+    gpus: tuple[GpuWeek, ...] | GpuColumns  # columns: from its file
     approximations: tuple[str, ...]
     targets: Mapping[str, str]
     carry: str  # the source's state of its reading (``carry_state``), kept with the file
@@ -90,6 +92,46 @@ def _texts(values: object, n: int | None = None) -> list[str]:
     return values
 
 
+def gpus_doc(gpus: Sequence[GpuWeek] | GpuColumns, days: int) -> dict[str, Any]:
+    """The GPU rows of a day's first line as columns: each text once, a column of indexes per text
+    field, each figure, the days (n x days x 3) and the hours (one after the other, with each
+    GPU's count, -1 where it has none) in base64."""
+    c = gpus if isinstance(gpus, GpuColumns) else GpuColumns.of(gpus, days)
+    strings: dict[str, int] = {}
+
+    def codes(values: list[str]) -> str:
+        return _b64(np.array([strings.setdefault(v, len(strings)) for v in values], dtype="<i4"))
+
+    doc = {
+        "n": c.n,
+        "texts": {name: codes(c.texts[name]) for name in GPU_TEXTS},
+        "numbers": {name: _b64(c.numbers[name].astype("<f8")) for name in GPU_NUMBERS},
+        "daily": _b64(c.daily.astype("<f8")),
+        "hours": _b64(c.hours.astype("<f8")),
+        "hours_n": _b64(c.hours_n.astype("<i4")),
+    }
+    return {**doc, "strings": list(strings)}
+
+
+def gpus_of(doc: Any, days: int) -> GpuColumns:
+    """The GPU columns of a day's first line (ValueError, TypeError, KeyError or IndexError where
+    they are not whole)."""
+    if not isinstance(doc, dict):
+        raise ValueError("the GPU rows are not an object")
+    n = doc["n"]
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"{n!r} GPU rows")
+    strings = _texts(doc["strings"])
+    hours_n = _array(doc["hours_n"], "<i4", n)
+    return GpuColumns(
+        {name: _picked(strings, doc["texts"][name], n) for name in GPU_TEXTS},
+        {name: _array(doc["numbers"][name], "<f8", n) for name in GPU_NUMBERS},
+        _array(doc["daily"], "<f8", n * days * 3).reshape(n, days, 3),
+        _array(doc["hours"], "<f8", int(np.maximum(hours_n, 0).sum())),
+        hours_n,
+    )
+
+
 def jobs_doc(jobs: JobTable) -> dict[str, Any]:
     """The second line of a day's file (module docstring)."""
     strings: dict[str, int] = {}
@@ -142,17 +184,11 @@ def table_of(text: str) -> JobTable:
 GPU_FIELDS = tuple(f.name for f in fields(GpuWeek))
 JOB_FIELDS = tuple(f.name for f in fields(JobWeek))
 KEY_FIELDS = tuple(f.name for f in fields(JobKey))
-DAILY, HOURS = GPU_FIELDS.index("daily"), GPU_FIELDS.index("energy_by_hour")
 
 
 def encode(x: Part, key: str) -> str:
     """A day's figures as two lines of JSON: the day and a row per GPU (its fields in the
     dataclass' order), then the job rows as columns (``jobs_doc``)."""
-
-    def gpu(g: GpuWeek) -> list[Any]:
-        row: list[Any] = [getattr(g, f) for f in GPU_FIELDS]
-        row[DAILY] = [[d.sampled_s, d.busy_s, d.energy_j] for d in g.daily]
-        return row
 
     head = {
         "format": FORMAT,
@@ -166,7 +202,7 @@ def encode(x: Part, key: str) -> str:
         "gpu_fields": GPU_FIELDS,
         "job_fields": JOB_FIELDS,
         "key_fields": KEY_FIELDS,
-        "gpus": [gpu(g) for g in x.gpus],
+        "gpus": gpus_doc(x.gpus, len(x.days)),
     }
     jobs = JobTable.of(x.jobs if isinstance(x.jobs, tuple | JobTable) else ())
     dump = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
@@ -194,19 +230,10 @@ def parse(text: str, d: Day, key: str) -> dict[str, Any]:
 
 
 def rows_of(doc: dict[str, Any], d: Day) -> Part:
-    """A parsed day's rows (ValueError, TypeError, KeyError or IndexError where they are not whole)."""
-
-    def gpu(row: list[Any]) -> GpuWeek:
-        if len(row) != len(GPU_FIELDS):
-            raise ValueError(f"a GPU row of {len(row)} fields")
-        row[DAILY] = tuple(GpuDay(*x) for x in row[DAILY])
-        if row[HOURS] is not None:
-            row[HOURS] = tuple(row[HOURS])
-        return construct(GpuWeek, dict(zip(GPU_FIELDS, row, strict=True)))
-
+    """A parsed day's GPU columns (ValueError, TypeError, KeyError or IndexError where they are not whole)."""
     return Part(
         (d,),
-        tuple(map(gpu, doc["gpus"])),
+        gpus_of(doc["gpus"], 1),
         tuple(map(str, doc["approximations"])),
         {str(u): str(t) for u, t in doc["targets"].items()},
         str(doc["carry"]),

@@ -12,11 +12,18 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from analytics.gpucolumns import NUMBERS as GPU_NUMBERS
+from analytics.gpucolumns import OPTIONAL as GPU_OPTIONAL
+from analytics.gpucolumns import TEXTS as GPU_TEXTS
+from analytics.gpucolumns import GpuColumns, none_of
+from domain.frozen import construct
 from domain.jobs import JobKey
 from domain.jobtable import NUMBERS, Floats, JobTable
 from domain.week import Day, GpuDay, GpuWeek, JobWeek, Window, job_clusters
 
 MIXED = "mixed"
+Parts = Sequence[tuple[Sequence[Day], GpuColumns]]
+At = list[npt.NDArray[np.intp]]  # each part's GPUs' places among the window's
 
 
 def union(items: Iterable[str]) -> tuple[str, ...]:
@@ -43,9 +50,23 @@ def _last(values: Iterable[str]) -> str:
     return out
 
 
-def merge_gpus(parts: Sequence[tuple[Sequence[Day], Sequence[GpuWeek]]], w: Window) -> tuple[GpuWeek, ...]:
+def merge_gpus(parts: Sequence[tuple[Sequence[Day], Sequence[GpuWeek] | GpuColumns]], w: Window) -> tuple[GpuWeek, ...]:
     """Each GPU's parts added up: a part it is absent from counts nothing (its days zero, its
-    hours zero). Its hours are the window's (``rebin``)."""
+    hours zero). Its hours are the window's (``rebin``). On columns (``analytics.gpucolumns``)
+    where every part's hours lie on the window's whole hours; else GPU by GPU (``merge_rows``):
+    the same figures."""
+    try:
+        cols = [(ds, g if isinstance(g, GpuColumns) else GpuColumns.of(g, len(ds))) for ds, g in parts]
+    except ValueError:  # rows of another count of days than their part's
+        cols = None
+    got = merged(cols, w) if cols is not None else None
+    if got is not None:
+        return got
+    return merge_rows([(ds, g.rows() if isinstance(g, GpuColumns) else g) for ds, g in parts], w)
+
+
+def merge_rows(parts: Sequence[tuple[Sequence[Day], Sequence[GpuWeek]]], w: Window) -> tuple[GpuWeek, ...]:
+    """``merge_gpus`` GPU by GPU, on rows."""
     by_part = [{g.uuid: g for g in gpus} for _, gpus in parts]
     out = []
     for uuid in sorted({u for part in by_part for u in part}):
@@ -79,6 +100,88 @@ def merge_gpus(parts: Sequence[tuple[Sequence[Day], Sequence[GpuWeek]]], w: Wind
             )
         )
     return tuple(out)
+
+
+def merged(parts: Parts, w: Window) -> tuple[GpuWeek, ...] | None:
+    """``analytics.dayparts.merge_gpus`` on columns, the same figures to the bit (each sum a
+    ``math.fsum`` of the parts'); None where a part's hours do not lie on the window's whole hours
+    (a rolling window's minute: ``rebin`` spreads them, GPU by GPU)."""
+    n_hours = math.ceil(w.seconds / 3600.0)
+    uuids = sorted(set().union(*(c.texts["uuid"] for _, c in parts)))
+    index = {u: i for i, u in enumerate(uuids)}
+    n = len(uuids)
+    at = [np.array([index[u] for u in c.texts["uuid"]], dtype=np.intp) for _, c in parts]
+    by_hour = np.zeros((n, n_hours))
+    has_hours = np.zeros(n, dtype=np.bool_)
+    for p, (ds, c) in zip(at, parts, strict=True):
+        got = c.hours_n >= 0
+        if not got.any():
+            continue
+        rows = c.hour_rows()
+        if rows is None:
+            return None  # a part's GPUs with hours of different counts
+        k = rows.shape[1]
+        start, end = ds[0].start, ds[-1].end
+        first = (start - w.start) / 3600.0
+        if not (first.is_integer() and end - start == 3600.0 * k and 0 <= first and first + k <= n_hours):
+            return None
+        f = int(first)
+        by_hour[p[got], f : f + k] += rows[got]
+        has_hours[p[got]] = True
+    sums: dict[str, list[float | None]] = {}
+    for name in GPU_NUMBERS:
+        parts_of = np.zeros((n, len(parts)))  # a part a GPU is absent from adds 0 (so does an unmeasured one)
+        known = np.zeros(n, dtype=np.bool_)
+        for j, (p, (_, c)) in enumerate(zip(at, parts, strict=True)):
+            col = c.numbers[name]
+            parts_of[p, j] = np.nan_to_num(col, nan=0.0)
+            known[p] |= ~np.isnan(col)
+        total: list[float | None] = list(map(math.fsum, parts_of.tolist()))
+        if name in GPU_OPTIONAL:
+            total = [t if k else None for t, k in zip(total, known.tolist(), strict=True)]
+        sums[name] = total
+    texts = {name: _last_by_gpu(at, parts, name, n) for name in ("host", "model", "gpu", "cluster")}
+    for name in ("busy_measure", "energy_measure"):
+        texts[name] = _measures_by_gpu(at, parts, name, n)
+    n_days = sum(len(ds) for ds, _ in parts)
+    daily = np.zeros((n, n_days, 3))
+    daily[:, :, 2] = np.nan  # a day a GPU is absent from: GpuDay(0.0, 0.0, None)
+    d0 = 0
+    for p, (ds, c) in zip(at, parts, strict=True):
+        daily[p, d0 : d0 + len(ds)] = c.daily
+        d0 += len(ds)
+    days = daily.tolist()
+    hours = by_hour.tolist()
+    out = []
+    for i, uuid in enumerate(uuids):
+        values: dict[str, object] = {name: texts[name][i] for name in GPU_TEXTS if name != "uuid"}
+        values.update({name: sums[name][i] for name in GPU_NUMBERS})
+        values["uuid"] = uuid
+        values["daily"] = tuple(GpuDay(s, b, none_of(e)) for s, b, e in days[i])
+        values["energy_by_hour"] = tuple(hours[i]) if has_hours[i] else None
+        out.append(construct(GpuWeek, values))
+    return tuple(out)
+
+
+def _last_by_gpu(at: At, parts: Parts, name: str, n: int) -> list[str]:
+    """Each GPU's last part's non-empty ``name`` (its host, model, index, cluster)."""
+    out = [""] * n
+    for p, (_, c) in zip(at, parts, strict=True):
+        for i, v in zip(p.tolist(), c.texts[name], strict=True):
+            if v:
+                out[i] = v
+    return out
+
+
+def _measures_by_gpu(at: At, parts: Parts, name: str, n: int) -> list[str]:
+    """Each GPU's measure over the parts that sampled it: theirs where they agree, else mixed."""
+    seen: list[set[str]] = [set() for _ in range(n)]
+    for p, (_, c) in zip(at, parts, strict=True):
+        sampled = c.numbers["sampled_s"].tolist()
+        for i, m, s in zip(p.tolist(), c.texts[name], sampled, strict=True):
+            if s > 0:
+                seen[i].add(m)
+    return [s.pop() if len(s) == 1 else (MIXED if s else "") for s in seen]
 
 
 def rebin(parts: Sequence[tuple[Sequence[Day], Sequence[float] | None]], w: Window) -> tuple[float, ...]:

@@ -146,6 +146,8 @@ def test_another_source_or_setting_never_reads_the_days(hist: Path, tmp_path: Pa
         lambda text: _file({**json.loads(text.partition("\n")[0]), "format": 2}, _jobs(text)),  # the old layout
         lambda text: text.replace('"start":', '"start":1'),  # another day's figures under this day's name
         lambda text: _file({**json.loads(text.partition("\n")[0]), "gpus": [[1, 2]]}, _jobs(text)),
+        lambda text: _file(_gpus_with(text, hours=""), _jobs(text)),  # the GPUs' hours gone
+        lambda text: _file(_gpus_with(text, n=3), _jobs(text)),  # fewer GPUs in the columns than it says
     ],
     ids=[
         "truncated",
@@ -157,6 +159,8 @@ def test_another_source_or_setting_never_reads_the_days(hist: Path, tmp_path: Pa
         "format-2",
         "other-day",
         "bad-row",
+        "no-hours",
+        "gpu-count",
     ],
 )
 def test_a_damaged_file_is_read_again_from_the_store(
@@ -177,6 +181,11 @@ def test_a_damaged_file_is_read_again_from_the_store(
     assert source.keep_days(w) == 1
     head, jobs = path.read_text().splitlines()  # written whole: two lines of JSON
     assert json.loads(head)["format"] == FORMAT and isinstance(json.loads(jobs), dict)
+
+
+def _gpus_with(text: str, **changes: Any) -> dict[str, Any]:
+    head: dict[str, Any] = json.loads(text.partition("\n")[0])
+    return {**head, "gpus": {**head["gpus"], **changes}}
 
 
 def _jobs(text: str) -> dict[str, Any]:
