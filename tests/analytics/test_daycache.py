@@ -22,11 +22,10 @@ from hypothesis import strategies as st
 
 from analytics.daycache import DayCached
 from analytics.dayfiles import FORMAT
-from analytics.dayparts import merge_gpus, merge_jobs, rebin
+from analytics.dayparts import merge_gpus, rebin
 from analytics.sources.base import GpuFigures, Source
 from analytics.sources.embedded import EmbeddedSource
-from domain.jobs import JobKey
-from domain.week import Day, GpuDay, GpuWeek, JobWeek, Window, days, iso_week, whole_day
+from domain.week import Day, GpuDay, GpuWeek, Window, days, iso_week, whole_day
 from tests.support.daycache import assert_same_week
 from tests.support.fleet import WEEK
 
@@ -340,45 +339,6 @@ def test_merged_days_add_up(data: st.DataObject, n: int, hours: bool) -> None:
             assert g.energy_by_hour is not None and len(g.energy_by_hour) == 24 * n
         measures = {x.busy_measure for x in present if x.sampled_s > 0}
         assert g.busy_measure == (measures.pop() if len(measures) == 1 else ("mixed" if measures else ""))
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.lists(st.tuples(st.sampled_from(["GPU-a", "GPU-b"]), st.sampled_from(["1", "2", "3"]), figure, maybe)),
-        min_size=1,
-        max_size=7,
-    )
-)
-def test_merged_job_rows_add_up_per_gpu_and_job(per_day: list[list[tuple[str, str, float, float | None]]]) -> None:
-    """One row per (GPU, job) over the days, GPU by GPU, a GPU's jobs in the order they first come;
-    its figures the days' ``math.fsum`` to the bit, None where no day measured it; its host the
-    last day's that names one, the rest the first day's."""
-    gpus = [
-        GpuWeek(u, "h", "m", "0", 1.0, 0.0, None, None, None, None, cluster=c)
-        for u, c in (("GPU-a", "x"), ("GPU-b", "y"))
-    ]
-    days_rows = [
-        [
-            JobWeek(u, f"h{d}" if s > 1 else "", JobKey(job, "alice"), s, s / 2, s, charged_s=c, partition=f"p{d}")
-            for u, job, s, c in rows
-        ]
-        for d, rows in enumerate(per_day)
-    ]
-    merged = merge_jobs(days_rows, gpus)
-    keys = [(j.uuid, j.job) for j in merged]
-    every = [(x.uuid, x.job) for rows in days_rows for x in rows]
-    assert keys == sorted(dict.fromkeys(every), key=lambda k: k[0])  # GPU by GPU, each in first-seen order
-    for j in merged:
-        mine = [x for rows in days_rows for x in rows if (x.uuid, x.job) == (j.uuid, j.job)]
-        assert j.sampled_s == math.fsum(x.sampled_s for x in mine)
-        assert j.busy_s == math.fsum(x.busy_s for x in mine)
-        charged = [x.charged_s for x in mine if x.charged_s is not None]
-        assert j.charged_s == (math.fsum(charged) if charged else None)
-        assert j.stalled_s is None and j.sm_active_s is None
-        assert j.host == next((x.host for x in reversed(mine) if x.host), "")
-        assert j.partition == mine[0].partition
-        assert j.cluster == {"GPU-a": "x", "GPU-b": "y"}[j.uuid]
 
 
 @settings(max_examples=100, deadline=None)

@@ -1,6 +1,7 @@
 """Job rows as columns (domain.jobtable) and in a kept day's file (analytics.dayfiles): the same
-rows back, whatever their texts, Nones, labels and shared keys; and the Slurm join on columns
-joins each row as it joined the rows one by one."""
+rows back, whatever their texts, Nones, labels and shared keys; the days added up on columns
+(analytics.dayparts.merge_jobs) to math.fsum's bit; and the Slurm join on columns joins each row
+as it joined the rows one by one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from analytics.dayfiles import jobs_doc as doc_of
 from analytics.dayfiles import table_of
+from analytics.dayparts import merge_jobs
 from analytics.sources.base import JobRecords, SchedulerJob
 from analytics.sources.enrich import join_slurm
 from domain.jobs import JobKey
@@ -136,3 +138,42 @@ def test_the_slurm_join_on_columns_joins_each_row_as_one_row(rows: list[tuple[st
             assert j.job.user == row.job.user
         assert (j.uuid, j.sampled_s, j.energy_j) == (row.uuid, row.sampled_s, row.energy_j)
     assert np.array_equal(got.numbers["busy_s"], JobTable.of(jobs).numbers["busy_s"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from(["GPU-a", "GPU-b"]), st.sampled_from(["1", "2", "3"]), figure, maybe)),
+        min_size=1,
+        max_size=7,
+    )
+)
+def test_merged_job_rows_add_up_per_gpu_and_job(per_day: list[list[tuple[str, str, float, float | None]]]) -> None:
+    """One row per (GPU, job) over the days, GPU by GPU, a GPU's jobs in the order they first come;
+    its figures the days' ``math.fsum`` to the bit, None where no day measured it; its host the
+    last day's that names one, the rest the first day's."""
+    gpus = [
+        GpuWeek(u, "h", "m", "0", 1.0, 0.0, None, None, None, None, cluster=c)
+        for u, c in (("GPU-a", "x"), ("GPU-b", "y"))
+    ]
+    days_rows = [
+        [
+            JobWeek(u, f"h{d}" if s > 1 else "", JobKey(job, "alice"), s, s / 2, s, charged_s=c, partition=f"p{d}")
+            for u, job, s, c in rows
+        ]
+        for d, rows in enumerate(per_day)
+    ]
+    merged = merge_jobs(days_rows, gpus)
+    keys = [(j.uuid, j.job) for j in merged]
+    every = [(x.uuid, x.job) for rows in days_rows for x in rows]
+    assert keys == sorted(dict.fromkeys(every), key=lambda k: k[0])  # GPU by GPU, each in first-seen order
+    for j in merged:
+        mine = [x for rows in days_rows for x in rows if (x.uuid, x.job) == (j.uuid, j.job)]
+        assert j.sampled_s == math.fsum(x.sampled_s for x in mine)
+        assert j.busy_s == math.fsum(x.busy_s for x in mine)
+        charged = [x.charged_s for x in mine if x.charged_s is not None]
+        assert j.charged_s == (math.fsum(charged) if charged else None)
+        assert j.stalled_s is None and j.sm_active_s is None
+        assert j.host == next((x.host for x in reversed(mine) if x.host), "")
+        assert j.partition == mine[0].partition
+        assert j.cluster == {"GPU-a": "x", "GPU-b": "y"}[j.uuid]
