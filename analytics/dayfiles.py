@@ -1,12 +1,14 @@
-"""A kept day's file (``analytics.daycache``): two lines of JSON. The first is an object with the
-day, the source's key and its reading (``carry``) and a row per GPU (its dataclass' fields in
-order; the field names are written too: a file of another layout is read again from the store).
-The second holds the job rows as columns (``domain.jobtable``): each text (GPU, host, partition...)
-once in ``strings`` and a column of int32 indexes into it per field, each job key and each pod's
-label set once with a column of indexes, and each figure a column of float64 (NaN: not measured),
-the arrays little-endian, in base64. It is read only where the jobs are asked (``JobRows``): a
-previous week's fleet figures read the first line alone. 240,000 job rows of a 10,000-GPU week
-read in 0.3 s, where as rows of JSON made into objects they took 3 s (docs/performance.md).
+"""A kept day's file (``analytics.daycache``): two lines of JSON, each holding rows as columns.
+The first is an object with the day, the source's key and its reading (``carry``), the field
+names (a file of another layout is read again from the store) and the GPUs
+(``analytics.gpucolumns``: each text once in ``strings`` and a column of int32 indexes into it per
+text field, each figure a float64 column, NaN where not measured, the days and the hours). The
+second holds the job rows (``domain.jobtable``): the same for their texts, each job key and each
+pod's label set once with a column of indexes, and each figure a column. The arrays are
+little-endian, in base64. The second line is read only where the jobs are asked (``JobRows``): a
+previous week's fleet figures read the first line alone. A 10,000-GPU week's seven days of job
+rows (240,000) are read in 0.6-0.8 s, where as JSON rows made into objects they took 2.5-3.4 s
+(docs/performance.md).
 """
 
 from __future__ import annotations
@@ -187,8 +189,8 @@ KEY_FIELDS = tuple(f.name for f in fields(JobKey))
 
 
 def encode(x: Part, key: str) -> str:
-    """A day's figures as two lines of JSON: the day and a row per GPU (its fields in the
-    dataclass' order), then the job rows as columns (``jobs_doc``)."""
+    """A day's figures as two lines of JSON: the day and its GPUs (``gpus_doc``), then its job
+    rows (``jobs_doc``), as columns."""
 
     head = {
         "format": FORMAT,
