@@ -1,7 +1,9 @@
 """Adding a window's parts up (``analytics.daycache``): its kept days and the days read between
 them give the figures one read of the whole window gives. Every figure is a sum of the parts'; a
 figure no part measured stays None; a measure two parts disagree on is "mixed"; a GPU's days are
-the parts' in order and its hours are put on the window's hours (``rebin``)."""
+the parts' in order and its hours are put on the window's hours (``rebin``). Both the GPUs and the
+jobs are added up on columns (``analytics.gpucolumns``, ``domain.jobtable``), each sum the one
+``math.fsum`` gives, to the bit (tests/analytics/test_gpucolumns.py, test_jobtable.py)."""
 
 from __future__ import annotations
 
