@@ -9,12 +9,16 @@ analytics daemon runs it after each rolling refresh, so a day is read once, in t
 A report takes each kept day of its window (the week, the rolling 7 days, the previous week, the
 month of the statements and budgets) from its file and reads the days between from the store at
 once, as one window (its clipped edges, days not settled or not kept yet): never more than it read
-before. Only the GPU and job figures are kept: the Slurm records, the queue, failures, benchmarks
+before. The GPU and job figures are kept, and the label sets of the jobs' Slurm records where the
+store gives them (``Source.record_sets``: a window's are its days' together, so a report takes
+the kept days' from their files and reads only the other days'); the queue, failures, benchmarks
 and pods' labels are read over the whole window as before, so the enrichment step
 (``analytics.sources.enrich``) is unchanged. Where a report asks for the jobs and the store takes
-reads in threads, the Slurm records are asked of it as soon as the files are parsed, so the store
-answers while the days' rows are made (2 s of 8 at 10,000 GPUs); a day's job rows are made only
-where the jobs are asked (the previous week's fleet figures need none).
+reads in threads, the Slurm records of the days not kept (or, from a store without label sets,
+of the whole window) are asked of it as soon as the files are parsed, so the store answers while
+the days' rows are made; a day's job rows are made only where the jobs are asked (the previous
+week's fleet figures need none). At 10,000 GPUs the week's records took 3 s of the report, read
+from the store (docs/performance.md).
 
 The parts add up to the window (``analytics.dayparts``): every figure is a sum of the parts' (a
 GPU's days are the parts' in order, its hours put on the window's hours; a figure no part measured
@@ -32,8 +36,10 @@ that ended more than ``KEEP_DAYS`` ago are deleted.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -43,7 +49,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from analytics.dayfiles import FORMAT, JobRows, Part, encode, parse, rows_of
+from analytics.dayfiles import FORMAT, JobRows, Part, RecordLine, encode, parse, rows_of
 from analytics.dayparts import merge_gpus, merge_jobs, union
 from analytics.report.output import write_atomic
 from analytics.sources.base import (
@@ -51,13 +57,16 @@ from analytics.sources.base import (
     JobFigures,
     JobRecords,
     Labels,
+    PartFailed,
     PodKey,
     QueuePart,
+    RecordSets,
     Source,
     Span,
 )
 from analytics.sources.enrich import Enriched
 from analytics.sources.enrich import week as enriched_week
+from analytics.sources.records import records_of
 from domain.week import (
     BenchWeek,
     Day,
@@ -71,6 +80,7 @@ from domain.week import (
 
 log = logging.getLogger(__name__)
 
+BY_DAY = object()  # the records asked early are the days' label sets (``DayCached._live_records``)
 DAYS_DIR = ".days"  # in the reports folder (the daemon serves only report files from it)
 KEEP_DAYS = 62  # two months: the statements' and budgets' month, and the week before it
 
@@ -81,6 +91,7 @@ class _Parts:
 
     parts: tuple[Part, ...]
     inner: object  # the inner source's carry where every part agrees (its job records read on it)
+    by_day: bool = False  # every kept day has its Slurm records' label sets: the window's are theirs
 
 
 class DayCached(Enriched):
@@ -106,7 +117,7 @@ class DayCached(Enriched):
         self.counts = {"hits": 0, "misses": 0}  # days taken from files; days read and written
         self._local = threading.local()  # whether this thread's report asks its jobs (``week``)
         self._lock = threading.Lock()
-        self._asked: dict[Window, tuple[object, Future[JobRecords]]] = {}  # records asked early, not yet taken
+        self._asked: dict[Window, tuple[object, Future[Any]]] = {}  # records asked early, not yet taken
 
     @property
     def hits(self) -> int:
@@ -127,14 +138,22 @@ class DayCached(Enriched):
             if not self._keep(d, w.timezone) or self._path(d).exists():
                 continue
             day = Window(d.start, d.end, d.date, w.timezone)
+            records: RecordSets | None = None
             with self.inner.session():
                 g = self.inner.gpus(day)
                 j = self.inner.jobs(day, g) if not g.problems else JobFigures(problems=("not read",))
-            if g.problems or j.problems:
-                log.warning("day cache: %s not kept: %s", d.date, "; ".join((*g.problems, *j.problems)))
+                problems = [*g.problems, *j.problems]
+                if not problems:
+                    try:
+                        records = self.inner.record_sets(day, g)  # None: the store gives none
+                    except PartFailed as e:
+                        problems.append(f"Slurm jobs' records: {e}")
+            if problems:
+                log.warning("day cache: %s not kept: %s", d.date, "; ".join(problems))
                 continue
             rows = merge_jobs([j.jobs], g.gpus)  # each with the cluster the day gives it (as a week would, mostly)
-            part = Part((d,), g.gpus, g.approximations, g.targets, self.inner.carry_state(g.carry), jobs=rows)
+            carry = self.inner.carry_state(g.carry)
+            part = Part((d,), g.gpus, g.approximations, g.targets, carry, jobs=rows, records=records)
             written += self._write(part)
         return written
 
@@ -169,8 +188,14 @@ class DayCached(Enriched):
         if span:
             plan.append(self._live(tuple(span), tz))
         early = {x.carry if isinstance(x, Part) else str(x[1]["carry"]) for x in plan}
-        if getattr(self._local, "early", False) and len(early) == 1:
-            self._ask_records(w, self.inner.carry_from(early.pop()))
+        kept = [x[1] for x in plan if not isinstance(x, Part)]
+        by_day = bool(kept) and all(doc["records"] != "null" for doc in kept)  # the store gave their label sets
+        if getattr(self._local, "early", False) and by_day:
+            lives = [x for x in plan if isinstance(x, Part)]  # the kept days' records are in their files
+            self._ask(w, BY_DAY, lambda: self._live_records(lives, tz))
+        elif getattr(self._local, "early", False) and len(early) == 1:
+            carry = self.inner.carry_from(early.pop())
+            self._ask(w, carry, lambda: self.inner.job_records(w, GpuFigures((), carry=carry)))
         parts = [x if isinstance(x, Part) else self._made(*x, tz) for x in plan]
         if files := sum(1 for x in parts if x.live is None):
             log.info("%s: %d of %d days from %s", w.label, files, len(days(w)), self.folder)
@@ -182,16 +207,36 @@ class DayCached(Enriched):
             union(a for x in parts for a in x.approximations),
             union(problems),
             targets={u: t for x in parts for u, t in x.targets.items()},
-            carry=_Parts(tuple(parts), inner),
+            carry=_Parts(tuple(parts), inner, by_day),
         )
 
-    def _ask_records(self, w: Window, carry: object) -> None:
+    def _ask(self, w: Window, carry: object, read: Callable[[], object]) -> None:
         """Ask the store for the window's Slurm records now, in a thread (taken by ``job_records``)."""
         pool = ThreadPoolExecutor(1, thread_name_prefix="gpuledger-records")
-        asked = pool.submit(self.inner.job_records, w, GpuFigures((), carry=carry))
+        asked = pool.submit(read)
         pool.shutdown(wait=False)  # the thread ends with the query
         with self._lock:
             self._asked[w] = (carry, asked)
+
+    def _live_records(self, lives: Sequence[Part], timezone: str) -> RecordSets | bool | None:
+        """The label sets of the Slurm records of the parts read from the store (None: no such
+        part; False: the store gave none)."""
+        got = [self.inner.record_sets(x.window(timezone), x.live) for x in lives if x.live is not None]
+        if any(x is None for x in got):
+            return False
+        return functools.reduce(operator.or_, [x for x in got if x is not None]) if got else None
+
+    def _kept_records(self, x: Part, timezone: str) -> RecordSets | None:
+        """A kept day's Slurm record label sets from its file; the store's where they are damaged
+        (the file deleted, logged)."""
+        try:
+            got = x.records.made() if isinstance(x.records, RecordLine) else x.records
+        except (ValueError, TypeError, KeyError, IndexError) as e:
+            self._damaged(self._path(x.days[0]), e)
+            got = None
+        if got is None:
+            got = self.inner.record_sets(x.window(timezone), GpuFigures((), carry=self.inner.carry_from(x.carry)))
+        return got
 
     def jobs(self, w: Window, gpus: GpuFigures) -> JobFigures:
         assert isinstance(gpus.carry, _Parts), "DayCached.jobs takes DayCached.gpus' figures"
@@ -284,11 +329,22 @@ class DayCached(Enriched):
     # --- the rest is the inner source's, over the whole window ---------------------------
 
     def job_records(self, w: Window, gpus: GpuFigures) -> JobRecords:
-        """The store's records over the window: those ``gpus`` asked for early where they were
-        asked on the same reading of the store, else asked now."""
-        carry = gpus.carry.inner if isinstance(gpus.carry, _Parts) else gpus.carry
+        """The window's Slurm records. From a store that gives their label sets
+        (``PromQLSource.record_sets``): the kept days' from their files and the others' read (early,
+        by ``gpus``, where it asked them), added up: a window's sets are its days' together.
+        Else the store's over the window: those ``gpus`` asked for early where they were asked on
+        the same reading of the store, else asked now."""
         with self._lock:
             asked = self._asked.pop(w, None)
+        if isinstance(gpus.carry, _Parts) and gpus.carry.by_day:
+            parts = gpus.carry.parts
+            early = asked is not None and asked[0] is BY_DAY
+            live = asked[1].result() if asked is not None and early else self._live_records(parts, w.timezone)
+            from_files = [self._kept_records(x, w.timezone) for x in parts if x.live is None]
+            sets = [x for x in (*from_files, live) if isinstance(x, RecordSets)]
+            if len(sets) == len(from_files) + (live is not None):  # else the store gave none after all: as below
+                return records_of(functools.reduce(operator.or_, sets))
+        carry = gpus.carry.inner if isinstance(gpus.carry, _Parts) else gpus.carry
         if asked is not None and asked[0] == carry:
             got: JobRecords = asked[1].result()
             return got

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from analytics.gpucolumns import NUMBERS as GPU_NUMBERS
 from analytics.gpucolumns import TEXTS as GPU_TEXTS
 from analytics.gpucolumns import GpuColumns
-from analytics.sources.base import GpuFigures
+from analytics.sources.base import GpuFigures, LabelSet, RecordSets
 from domain.jobs import JobKey
 from domain.jobtable import NUMBERS, TEXTS, JobTable, Labels
 from domain.week import Day, GpuWeek, JobWeek, Window
@@ -45,6 +45,7 @@ class Part:
     carry: str  # the source's state of its reading (``carry_state``), kept with the file
     live: GpuFigures | None = None
     jobs: tuple[JobWeek, ...] | JobTable | JobRows | None = None
+    records: RecordSets | RecordLine | None = None  # the Slurm records' label sets, where the source keeps them
 
     def window(self, timezone: str) -> Window:
         return Window(self.days[0].start, self.days[-1].end, self.days[0].date, timezone)
@@ -63,6 +64,18 @@ class JobRows:
         if self._text is not None:
             self._made, self._text = table_of(self._text), None
         return self._made
+
+
+class RecordLine:
+    """A kept day's Slurm record label sets as its file holds them (the third line's text), read
+    only where a report joins its jobs to them; None where the source keeps none. Damage found
+    then is a ValueError, TypeError, KeyError or IndexError."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def made(self) -> RecordSets | None:
+        return records_from(json.loads(self._text))
 
 
 def _b64(a: npt.NDArray[Any]) -> str:
@@ -134,6 +147,46 @@ def gpus_of(doc: Any, days: int) -> GpuColumns:
     )
 
 
+def records_doc(r: RecordSets | None) -> dict[str, Any] | None:
+    """The label sets as a table: every label name once, and per set a row of indexes into
+    ``strings`` (0, "", where the set has no such label)."""
+    if r is None:
+        return None
+    names = sorted({name for labels in (*r.scheduler, *r.claims) for name, _ in labels})
+    strings = {"": 0}
+
+    def rows(sets: frozenset[LabelSet]) -> str:
+        codes = [
+            strings.setdefault(dict(labels).get(name, ""), len(strings)) for labels in sorted(sets) for name in names
+        ]
+        return _b64(np.array(codes, dtype="<i4"))
+
+    doc = {"cluster_label": r.cluster_label, "names": names, "n_scheduler": len(r.scheduler), "n_claims": len(r.claims)}
+    doc |= {"scheduler": rows(r.scheduler), "claims": rows(r.claims)}
+    return {**doc, "strings": list(strings)}
+
+
+def records_from(doc: Any) -> RecordSets | None:
+    """The label sets of ``records_doc`` (ValueError, TypeError, KeyError or IndexError where they
+    are not whole)."""
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc["cluster_label"], str):
+        raise ValueError("the records are not an object")
+    names, strings = _texts(doc["names"]), _texts(doc["strings"])
+
+    def sets(key: str) -> frozenset[LabelSet]:
+        n = doc[f"n_{key}"]
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"{n!r} record label sets")
+        k = len(names)
+        codes = _picked(strings, doc[key], n * k)
+        rows = zip(*(codes[i::k] for i in range(k)), strict=True) if k else iter([()] * n)
+        return frozenset(tuple((a, v) for a, v in zip(names, row, strict=True) if v) for row in rows)
+
+    return RecordSets(doc["cluster_label"], sets("scheduler"), sets("claims"))
+
+
 def jobs_doc(jobs: JobTable) -> dict[str, Any]:
     """The second line of a day's file (module docstring)."""
     strings: dict[str, int] = {}
@@ -189,8 +242,9 @@ KEY_FIELDS = tuple(f.name for f in fields(JobKey))
 
 
 def encode(x: Part, key: str) -> str:
-    """A day's figures as two lines of JSON: the day and its GPUs (``gpus_doc``), then its job
-    rows (``jobs_doc``), as columns."""
+    """A day's figures as three lines of JSON: the day and its GPUs (``gpus_doc``), its job rows
+    (``jobs_doc``), as columns, and its Slurm records' label sets (``records_doc``; null where the
+    source keeps none)."""
 
     head = {
         "format": FORMAT,
@@ -208,14 +262,18 @@ def encode(x: Part, key: str) -> str:
     }
     jobs = JobTable.of(x.jobs if isinstance(x.jobs, tuple | JobTable) else ())
     dump = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-    return f"{dump(head)}\n{dump(jobs_doc(jobs))}\n"
+    records = x.records.made() if isinstance(x.records, RecordLine) else x.records
+    return f"{dump(head)}\n{dump(jobs_doc(jobs))}\n{dump(records_doc(records))}\n"
 
 
 def parse(text: str, d: Day, key: str) -> dict[str, Any]:
     """A day's file, its first line parsed and checked against the day and source it is read for
     (ValueError, TypeError, KeyError or IndexError where it is not theirs); ``jobs``: the second
     line's text."""
-    first, newline, jobs = text.partition("\n")
+    lines = text.split("\n")
+    if len(lines) != 4 or lines[3]:
+        raise ValueError("its job rows or records are cut short")
+    first, jobs, records = lines[:3]
     doc = json.loads(first)
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
@@ -225,9 +283,7 @@ def parse(text: str, d: Day, key: str) -> dict[str, Any]:
     layout = (tuple(doc["gpu_fields"]), tuple(doc["job_fields"]), tuple(doc["key_fields"]))
     if layout != (GPU_FIELDS, JOB_FIELDS, KEY_FIELDS):
         raise ValueError("written by another version")
-    if not newline or not jobs.endswith("\n"):
-        raise ValueError("its job rows are cut short")
-    doc["jobs"] = jobs
+    doc["jobs"], doc["records"] = jobs, records
     return doc
 
 
@@ -240,4 +296,5 @@ def rows_of(doc: dict[str, Any], d: Day) -> Part:
         {str(u): str(t) for u, t in doc["targets"].items()},
         str(doc["carry"]),
         jobs=JobRows(doc["jobs"]),
+        records=RecordLine(doc["records"]),
     )

@@ -116,6 +116,25 @@ class JobRecords:
         return own or self.claims_by_cluster.get((cluster, job.job_id, job.user), NO_SLURM)
 
 
+LabelSet = tuple[tuple[str, str], ...]  # a series' labels, in name order
+
+
+@dataclass(frozen=True)
+class RecordSets:
+    """The label sets of a window's Slurm records (``Source.record_sets``): the scheduler's and
+    the claims', each once, and the cluster label they were read with."""
+
+    cluster_label: str
+    scheduler: frozenset[LabelSet]
+    claims: frozenset[LabelSet]
+
+    def __or__(self, other: RecordSets) -> RecordSets:
+        """Both windows' sets (two parts of one window: their union is the window's)."""
+        if other.cluster_label != self.cluster_label:
+            raise ValueError("records read with different cluster labels")
+        return RecordSets(self.cluster_label, self.scheduler | other.scheduler, self.claims | other.claims)
+
+
 class Source(Protocol):
     name: str
 
@@ -142,6 +161,11 @@ class Source(Protocol):
 
     def job_records(self, w: Window, gpus: GpuFigures) -> JobRecords:
         """The Slurm jobs' records over ``w`` (``gpus``: how the GPU figures were read)."""
+        ...
+
+    def record_sets(self, w: Window, gpus: GpuFigures) -> RecordSets | None:
+        """The label sets ``job_records`` chooses from (a window's are its days' together:
+        ``analytics.sources.records``); None where the store does not give them."""
         ...
 
     def pod_labels(self, w: Window, names: tuple[str, ...]) -> Mapping[PodKey, Labels] | None:

@@ -23,6 +23,7 @@ from analytics.sources.base import (
     PartFailed,
     PodKey,
     QueuePart,
+    RecordSets,
     Source,
 )
 from domain.jobs import JobKey
@@ -173,6 +174,9 @@ class Enriched:
 
     def carry_state(self, carry: object) -> str:
         return ""
+
+    def record_sets(self, w: Window, gpus: GpuFigures) -> RecordSets | None:
+        return None
 
     def carry_from(self, state: str) -> object:
         return None

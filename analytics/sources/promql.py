@@ -21,10 +21,11 @@ from contextlib import contextmanager
 
 from analytics.config import PrometheusSettings
 from analytics.sources import kubernetes
-from analytics.sources.base import GpuFigures, JobRecords, Labels, PodKey, QueuePart, SchedulerJob, Slurm, Span
+from analytics.sources.base import GpuFigures, JobRecords, Labels, LabelSet, PodKey, QueuePart, RecordSets, Span
 from analytics.sources.enrich import Enriched
 from analytics.sources.promanswer import QueryError
 from analytics.sources.promapi import PromAPI, Series, label_value, rng
+from analytics.sources.records import records_of
 from domain import states
 from domain.jobs import CLUSTER_SEP
 from domain.week import BenchRun, BenchWeek, FailureWeek, QueueWeek, ScalingPoint, ScalingRun, Window, days
@@ -174,11 +175,14 @@ class PromQLSource(Enriched):
 
     def job_records(self, w: Window, gpus: GpuFigures) -> JobRecords:
         """The scheduler's records (``gpuledger_slurm_job_info``) and the claims
-        (``gpuledger_job_info``) over the window, one query each: from their 5-minute records
-        where ``records_rolled`` (and the raw series after the last), else the raw series. Where
-        records for one key disagree (a job's hosts, an exporter restart, a requeue), the one
-        naming most wins, then the first in label order: the answer never depends on the order
-        Prometheus returns."""
+        (``gpuledger_job_info``) over the window (``record_sets``), each key's record chosen
+        (``records_of``)."""
+        return records_of(self.record_sets(w, gpus))
+
+    def record_sets(self, w: Window, gpus: GpuFigures) -> RecordSets:
+        """The label sets the window's records have, one query each: from their 5-minute records
+        where ``records_rolled`` (and the raw series after the last), else the raw series. A
+        window's are the union of its days' (a day kept keeps its own: ``analytics.daycache``)."""
         cl = self.s.cluster_label
         by = ", ".join([*(x for x in (cl,) if x), "instance", *SLURM_LABELS])
         window = rng(w.seconds)
@@ -188,27 +192,8 @@ class PromQLSource(Enriched):
         else:
             read = [f"last_over_time({m}[{window}])" for m in RECORDS]
         asked = [f"max by ({by}) ({x})" for x in read]
-        scheduler_answer, claims_answer = self.api.query_many([(q, w.end) for q in asked])
-        scheduler: dict[tuple[str, str], SchedulerJob] = {}
-        for s in _ordered(scheduler_answer):
-            get = s.labels.get
-            if not (job := get("job_id", "")):
-                continue
-            rec = SchedulerJob(get("user", ""), get("account", ""), get("partition", ""), get("qos", ""))
-            key = (get(cl, "") if cl else "", job)
-            if key not in scheduler or rec.named() > scheduler[key].named():
-                scheduler[key] = rec
-        by_target: dict[tuple[str, str, str], Slurm] = {}
-        by_cluster: dict[tuple[str, str, str], Slurm] = {}
-        for s in _ordered(claims_answer):
-            get = s.labels.get
-            if not (job := get("job_id", "")):
-                continue
-            cluster = get(cl, "") if cl else ""
-            named = (get("account", ""), get("partition", ""), get("qos", ""))
-            _prefer(by_target, (cluster, get("instance", ""), job), named)
-            _prefer(by_cluster, (cluster, job, get("user", "")), named)
-        return JobRecords(scheduler, by_target, by_cluster)
+        scheduler, claims = self.api.query_many([(q, w.end) for q in asked])
+        return RecordSets(cl, _sets(scheduler), _sets(claims))
 
     def pod_labels(self, w: Window, names: tuple[str, ...]) -> Mapping[PodKey, Labels] | None:
         return kubernetes.pod_labels(self.api, w, names, self.s.cluster_label)
@@ -245,14 +230,8 @@ RECORD_ROLLUPS = {m: f"gpuledger:{m.removeprefix('gpuledger_')}:last_over_time5m
 RECORDS_TAIL = 15 * 60  # the raw records read after the last 5-minute record: a bucket, the rule's lag and more
 
 
-def _ordered(series: Sequence[Series]) -> list[Series]:
-    return sorted(series, key=lambda s: sorted(s.labels.items()))
-
-
-def _prefer(found: dict[tuple[str, str, str], Slurm], key: tuple[str, str, str], named: Slurm) -> None:
-    before = found.get(key)
-    if before is None or (sum(map(bool, named)), before) > (sum(map(bool, before)), named):
-        found[key] = named
+def _sets(series: Sequence[Series]) -> frozenset[LabelSet]:
+    return frozenset(tuple(sorted(s.labels.items())) for s in series)
 
 
 def split_cluster(job: str) -> tuple[str, str]:

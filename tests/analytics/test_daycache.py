@@ -140,6 +140,7 @@ def test_another_source_or_setting_never_reads_the_days(hist: Path, tmp_path: Pa
         lambda text: text[: len(text.partition("\n")[0]) // 2],  # cut short in the GPU rows
         lambda text: text[:-1],  # the job rows' line without its end
         lambda text: text.partition("\n")[0],  # no job rows
+        lambda text: text.rsplit("\n", 2)[0] + "\n",  # no records' line
         lambda text: "[]",
         lambda text: text.replace(f'"format":{FORMAT}', '"format":99'),
         lambda text: _file({**json.loads(text.partition("\n")[0]), "format": 2}, _jobs(text)),  # the old layout
@@ -153,6 +154,7 @@ def test_another_source_or_setting_never_reads_the_days(hist: Path, tmp_path: Pa
         "truncated-gpus",
         "no-last-newline",
         "no-job-rows",
+        "no-records-line",
         "not-an-object",
         "other-format",
         "format-2",
@@ -178,8 +180,9 @@ def test_a_damaged_file_is_read_again_from_the_store(
     assert_same_week(got, inner.week(w))
     assert [r.getMessage() for r in caplog.records if path.name in r.getMessage()], caplog.text
     assert source.keep_days(w) == 1
-    head, jobs = path.read_text().splitlines()  # written whole: two lines of JSON
+    head, jobs, records = path.read_text().splitlines()  # written whole: three lines of JSON
     assert json.loads(head)["format"] == FORMAT and isinstance(json.loads(jobs), dict)
+    assert json.loads(records) is None  # the embedded history keeps no Slurm record label sets
 
 
 def _gpus_with(text: str, **changes: Any) -> dict[str, Any]:
@@ -192,8 +195,8 @@ def _jobs(text: str) -> dict[str, Any]:
     return doc
 
 
-def _file(head: dict[str, Any], jobs: object) -> str:
-    return f"{json.dumps(head)}\n{json.dumps(jobs)}\n"
+def _file(head: dict[str, Any], jobs: object, records: object = None) -> str:
+    return f"{json.dumps(head)}\n{json.dumps(jobs)}\n{json.dumps(records)}\n"
 
 
 def _damaged_job(text: str, damage: Any) -> str:

@@ -23,7 +23,7 @@ from analytics.daycache import DayCached
 from analytics.report.build import build
 from analytics.report.model import Report
 from analytics.sources import rollups
-from analytics.sources.base import GpuFigures, JobRecords
+from analytics.sources.base import GpuFigures, RecordSets
 from analytics.sources.promapi import PromAPI
 from analytics.sources.prometheus import DAILY, GPU_COUNTERS, HOURLY_NOTE, ROLLUP_NOTE, PrometheusSource
 from analytics.sources.promql import SCHEDULER
@@ -265,25 +265,33 @@ def assert_kept_days_give_the_same_week(url: str, folder: Path, *, rollups: bool
     finally:
         at_once.close()
     inner = source()
-    asked: list[object] = []  # the carry of each records' read: once a report, early (beside the files' rows)
-    read_records = inner.job_records
+    asked: list[object] = []  # the carry of each read of a window's Slurm record label sets
+    read_sets = inner.record_sets
 
-    def counted(w: Window, g: GpuFigures) -> JobRecords:
+    def counted(w: Window, g: GpuFigures) -> RecordSets:
         asked.append(g.carry)
-        return read_records(w, g)
+        return read_sets(w, g)
 
-    setattr(inner, "job_records", counted)  # noqa: B010
+    setattr(inner, "record_sets", counted)  # noqa: B010
     kept = DayCached(inner, folder, url, settle=3600.0, clock=lambda: w.end + 3600.0)
     try:
         assert kept.keep_days(w) == 7
+        assert [inner.carry_state(c) for c in asked] == ["hourly" if rollups else ""] * 7  # each day's, kept
         got = kept.week(w)
         assert kept.hits == 7
-        assert len(asked) == 1 and inner.carry_state(asked[0]) == ("hourly" if rollups else "")
+        assert len(asked) == 7  # the kept days' records are in their files: none read from the store
         kept.week(w, jobs=False)
-        assert len(asked) == 1  # no job rows to join them to: the previous week's fleet figures
+        assert len(asked) == 7
         carry = kept.gpus(w).carry
+        # a day's records damaged in its file: named, the file deleted, that day's read from the store
+        day = sorted(folder.glob("*.json"))[2]
+        head, jobs, _ = day.read_text().splitlines()
+        day.write_text(f'{head}\n{jobs}\n{{"cluster_label": 5}}\n')
+        again = kept.week(w)
+        assert not day.exists() and len(asked) == 8
     finally:
         kept.close()
+    assert_same_week(again, expected, day=BUCKET)
     assert source().carry_state(getattr(carry, "inner", None)) == ("hourly" if rollups else "")
     assert_same_week(got, expected, day=BUCKET)
     if rollups:
