@@ -17,6 +17,7 @@ import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from domain.jobs import JobKey
 from domain.jobtable import NUMBERS, TEXTS, JobTable, Labels
 from domain.week import Day, GpuWeek, JobWeek, Window
 
-FORMAT = 3  # the files' layout; another value is read again from the store (2: rows as JSON lists)
+FORMAT = 4  # the files' layout; another value is read again from the store (2: rows as JSON lists; 3: no records)
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ def records_from(doc: Any) -> RecordSets | None:
         k = len(names)
         codes = _picked(strings, doc[key], n * k)
         rows = zip(*(codes[i::k] for i in range(k)), strict=True) if k else iter([()] * n)
-        return frozenset(tuple((a, v) for a, v in zip(names, row, strict=True) if v) for row in rows)
+        return frozenset(tuple(compress(zip(names, row, strict=True), row)) for row in rows)  # "": no such label
 
     return RecordSets(doc["cluster_label"], sets("scheduler"), sets("claims"))
 

@@ -25,7 +25,7 @@ def records_of(sets: RecordSets) -> JobRecords:
             scheduler[key] = rec
     by_target: dict[tuple[str, str, str], Slurm] = {}
     by_cluster: dict[tuple[str, str, str], Slurm] = {}
-    for labels in sorted(sets.claims):
+    for labels in sets.claims:  # any order: _prefer's choice is the same whatever the order
         get = dict(labels).get
         if not (job := get("job_id", "")):
             continue
@@ -37,6 +37,8 @@ def records_of(sets: RecordSets) -> JobRecords:
 
 
 def _prefer(found: dict[tuple[str, str, str], Slurm], key: tuple[str, str, str], named: Slurm) -> None:
+    """The claim naming most fields for ``key``, the least in text order among those: one claim,
+    whatever order they come in."""
     before = found.get(key)
     if before is None or (sum(map(bool, named)), before) > (sum(map(bool, before)), named):
         found[key] = named
