@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.http import free_port
+from tests.support.http import lasting_port
 from tests.support.paths import REPO
 from tests.support.tools import require_torch
 
@@ -87,7 +87,7 @@ def test_a_run_prints_tables_an_estimate_and_json(tmp_path: Path) -> None:
 
 def test_two_nodes_meet_through_torchrun_rendezvous() -> None:
     require_torch()
-    endpoint = f"127.0.0.1:{free_port()}"
+    endpoint = f"127.0.0.1:{lasting_port()}"
     args = [
         "allreduce",
         "--quick",

@@ -20,7 +20,7 @@ import pytest
 from exporter.benchmarks.plan import default_plan
 from exporter.benchmarks.runner import BenchRunner, Outcome, Rendezvous
 from exporter.benchmarks.worker import TEST_HANG_RANK
-from tests.support.http import free_port
+from tests.support.http import lasting_port
 from tests.support.tools import require_torch
 from tests.support.wait import wait_until
 
@@ -109,7 +109,7 @@ def marked(monkeypatch: pytest.MonkeyPatch) -> Iterator[Marked]:
 def _two_nodes(runner: BenchRunner, timeout: float, marked: Marked) -> list[Outcome]:
     require_torch()
     plan = default_plan(("allreduce",), "gloo", 2, quick=True)
-    rdzv = Rendezvous(nnodes=2, nproc_per_node=1, endpoint=f"127.0.0.1:{free_port()}", run_id=uuid.uuid4().hex)
+    rdzv = Rendezvous(nnodes=2, nproc_per_node=1, endpoint=f"127.0.0.1:{lasting_port()}", run_id=uuid.uuid4().hex)
     with ThreadPoolExecutor(2) as pool:  # two nodes: the same command twice, as srun would run it
         futures = [pool.submit(runner.run, plan, timeout, None, rdzv) for _ in range(2)]
         return marked.watch(futures, timeout + 60)

@@ -19,7 +19,7 @@ from gpuledger import scaling
 from gpuledger.cli import main
 from gpuledger.scaling_report import Result, Row, table
 from gpuledger.scaling_run import torchrun_command
-from tests.support.http import free_port
+from tests.support.http import lasting_port
 from tests.support.processes import processes_with
 from tests.support.scaling import EXAMPLE, PRICE, rows_of, run_scaling
 from tests.support.tools import require_torch
@@ -86,7 +86,7 @@ def test_the_table_says_which_row_ran_across_nodes() -> None:
 
 def _two_nodes(tmp_path: Path, flags: list[str], script: list[str]) -> list[tuple[Any, Any]]:
     require_torch()
-    endpoint = f"127.0.0.1:{free_port()}"
+    endpoint = f"127.0.0.1:{lasting_port()}"
     rdzv_id = uuid.uuid4().hex
     dirs = [tmp_path / "node-a", tmp_path / "node-b"]
     for d in dirs:
@@ -165,7 +165,7 @@ def test_a_node_left_alone_ends_at_the_timeout_and_keeps_its_own_row(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
-    endpoint = f"127.0.0.1:{free_port()}"
+    endpoint = f"127.0.0.1:{lasting_port()}"
     tag = f"alone-{uuid.uuid4().hex}"
     # --timeout holds for every run, the one-node run too: its torchrun, torch import and 20 steps
     # took over 12 s on a loaded 2-core CI machine, so the limit leaves it room (the test waits it out).

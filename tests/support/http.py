@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import urllib.error
@@ -16,6 +17,27 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def lasting_port() -> int:
+    """A free port that no other process is handed meanwhile: below the kernel's ephemeral range
+    (``free_port``'s, and every outgoing connection's local port), picked at random in
+    [20000, that range's start) and checked free now. For a port bound long after it is chosen
+    (torchrun's rendezvous store, a minute into a scaling run): an ephemeral one was taken by
+    another test's connection in between, and the store failed (CI, 2026-12-07)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    for _ in range(100):
+        port = random.randrange(20000, max(low, 20001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
 
 
 def http_get(
