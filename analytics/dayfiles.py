@@ -1,12 +1,14 @@
-"""A kept day's file (``analytics.daycache``): two lines of JSON, each holding rows as columns.
+"""A kept day's file (``analytics.daycache``): three lines of JSON, each holding rows as columns.
 The first is an object with the day, the source's key and its reading (``carry``), the field
 names (a file of another layout is read again from the store) and the GPUs
 (``analytics.gpucolumns``: each text once in ``strings`` and a column of int32 indexes into it per
 text field, each figure a float64 column, NaN where not measured, the days and the hours). The
 second holds the job rows (``domain.jobtable``): the same for their texts, each job key and each
 pod's label set once with a column of indexes, and each figure a column. The arrays are
-little-endian, in base64. The second line is read only where the jobs are asked (``JobRows``): a
-previous week's fleet figures read the first line alone. A 10,000-GPU week's seven days of job
+little-endian, in base64. The third holds the label sets of the jobs' Slurm records
+(``records_doc``), where the source gives them. The second and third lines are read only where
+the jobs are asked (``JobRows``, ``RecordLine``): a previous week's fleet figures read the first
+line alone. A 10,000-GPU week's seven days of job
 rows (240,000) are read in 0.6-0.8 s, where as JSON rows made into objects they took 2.5-3.4 s
 (docs/performance.md).
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from itertools import compress
 from typing import Any
@@ -100,6 +102,18 @@ def _picked(items: list[Any], text: object, n: int) -> list[Any]:
     return list(map(items.__getitem__, at.tolist()))
 
 
+def _coded(values: Iterable[Any], index: dict[Any, int]) -> str:
+    """Each value's place in ``index`` (added where new), as a base64 int32 column."""
+    return _b64(np.array([index.setdefault(v, len(index)) for v in values], dtype="<i4"))
+
+
+def _count(doc: dict[str, Any], key: str, what: str) -> int:
+    n = doc[key]
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"{n!r} {what}")
+    return n
+
+
 def _texts(values: object, n: int | None = None) -> list[str]:
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise TypeError("texts of a job row that are not strings")
@@ -114,13 +128,9 @@ def gpus_doc(gpus: Sequence[GpuWeek] | GpuColumns, days: int) -> dict[str, Any]:
     GPU's count, -1 where it has none) in base64."""
     c = gpus if isinstance(gpus, GpuColumns) else GpuColumns.of(gpus, days)
     strings: dict[str, int] = {}
-
-    def codes(values: list[str]) -> str:
-        return _b64(np.array([strings.setdefault(v, len(strings)) for v in values], dtype="<i4"))
-
     doc = {
         "n": c.n,
-        "texts": {name: codes(c.texts[name]) for name in GPU_TEXTS},
+        "texts": {name: _coded(c.texts[name], strings) for name in GPU_TEXTS},
         "numbers": {name: _b64(c.numbers[name].astype("<f8")) for name in GPU_NUMBERS},
         "daily": _b64(c.daily.astype("<f8")),
         "hours": _b64(c.hours.astype("<f8")),
@@ -134,9 +144,7 @@ def gpus_of(doc: Any, days: int) -> GpuColumns:
     they are not whole)."""
     if not isinstance(doc, dict):
         raise ValueError("the GPU rows are not an object")
-    n = doc["n"]
-    if not isinstance(n, int) or n < 0:
-        raise ValueError(f"{n!r} GPU rows")
+    n = _count(doc, "n", "GPU rows")
     strings = _texts(doc["strings"])
     hours_n = _array(doc["hours_n"], "<i4", n)
     return GpuColumns(
@@ -157,10 +165,7 @@ def records_doc(r: RecordSets | None) -> dict[str, Any] | None:
     strings = {"": 0}
 
     def rows(sets: frozenset[LabelSet]) -> str:
-        codes = [
-            strings.setdefault(dict(labels).get(name, ""), len(strings)) for labels in sorted(sets) for name in names
-        ]
-        return _b64(np.array(codes, dtype="<i4"))
+        return _coded((dict(labels).get(name, "") for labels in sorted(sets) for name in names), strings)
 
     doc = {"cluster_label": r.cluster_label, "names": names, "n_scheduler": len(r.scheduler), "n_claims": len(r.claims)}
     doc |= {"scheduler": rows(r.scheduler), "claims": rows(r.claims)}
@@ -177,9 +182,7 @@ def records_from(doc: Any) -> RecordSets | None:
     names, strings = _texts(doc["names"]), _texts(doc["strings"])
 
     def sets(key: str) -> frozenset[LabelSet]:
-        n = doc[f"n_{key}"]
-        if not isinstance(n, int) or n < 0:
-            raise ValueError(f"{n!r} record label sets")
+        n = _count(doc, f"n_{key}", "record label sets")
         k = len(names)
         codes = _picked(strings, doc[key], n * k)
         rows = zip(*(codes[i::k] for i in range(k)), strict=True) if k else iter([()] * n)
@@ -194,18 +197,15 @@ def jobs_doc(jobs: JobTable) -> dict[str, Any]:
     keys: dict[tuple[str, ...], int] = {}
     label_sets: dict[Labels, int] = {}
 
-    def codes(values: list[Any], index: dict[Any, int]) -> str:
-        return _b64(np.array([index.setdefault(v, len(index)) for v in values], dtype="<i4"))
-
     key_rows = [tuple(getattr(k, f) for f in KEY_FIELDS) for k in jobs.keys]
     doc = {
         "n": len(jobs),
-        "texts": {name: codes(jobs.texts[name], strings) for name in TEXTS},
-        "keys": codes(key_rows, keys),
-        "labels": codes(jobs.labels, label_sets),
+        "texts": {name: _coded(jobs.texts[name], strings) for name in TEXTS},
+        "keys": _coded(key_rows, keys),
+        "labels": _coded(jobs.labels, label_sets),
         "numbers": {name: _b64(jobs.numbers[name].astype("<f8")) for name in NUMBERS},
         "n_keys": len(keys),
-        "key_texts": codes([text for k in keys for text in k], strings),  # each key's fields in turn
+        "key_texts": _coded([text for k in keys for text in k], strings),  # each key's fields in turn
         "label_sets": [[list(pair) for pair in labels] for labels in label_sets],
     }
     return {**doc, "strings": list(strings)}
@@ -217,13 +217,9 @@ def table_of(text: str) -> JobTable:
     doc = json.loads(text)
     if not isinstance(doc, dict):
         raise ValueError("the job rows are not an object")
-    n = doc["n"]
-    if not isinstance(n, int) or n < 0:
-        raise ValueError(f"{n!r} job rows")
+    n = _count(doc, "n", "job rows")
     strings = _texts(doc["strings"])
-    n_keys = doc["n_keys"]
-    if not isinstance(n_keys, int) or n_keys < 0:
-        raise ValueError(f"{n_keys!r} job keys")
+    n_keys = _count(doc, "n_keys", "job keys")
     key_texts = _picked(strings, doc["key_texts"], n_keys * len(KEY_FIELDS))
     keys = list(map(JobKey, *(key_texts[i :: len(KEY_FIELDS)] for i in range(len(KEY_FIELDS)))))
     label_sets: list[Labels] = [
