@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import TypeVar
 
 from analytics.sources import kubernetes
@@ -66,7 +67,7 @@ class _Side:
 
 
 def week(source: Source, w: Window, *, jobs: bool = True) -> WeekData:
-    g = source.gpus(w)
+    g = measured(source.gpus(w))
     problems = list(g.problems)
     with ThreadPoolExecutor(2 if source.parallel else 1, thread_name_prefix="gpuledger-source") as pool:
 
@@ -110,6 +111,15 @@ def week(source: Source, w: Window, *, jobs: bool = True) -> WeekData:
         problems=(*problems, *s.problems),
         history_start=s.started,
     )
+
+
+def measured(g: GpuFigures) -> GpuFigures:
+    """The GPUs, none where not one of them has a sampled second in the window: GPUs seen only at
+    its closing instant (a series' first sample exactly there: a store's range holds its end) were
+    not measured in it. Only what happened: such a window has no data, not a week of idle cost."""
+    if g.gpus and not any(x.sampled_s > 0 for x in g.gpus):
+        return replace(g, gpus=(), targets={})
+    return g
 
 
 def _labelled(

@@ -171,6 +171,11 @@ def test_a_store_whose_series_begin_mid_window_is_charged_from_the_first_sample(
         assert history_start(source.api, Window(D + DAY / 2, D + DAY, "after")) is None  # data at its start
         assert history_start(source.api, Window(D - 5 * DAY, D - 4 * DAY, "empty")) is None
         assert source.week(Window(D - 6 * DAY, D + DAY, "week")).history_start is None  # began before
+        # a window that ends at the first sample: the store's range holds its end, so the GPU's
+        # info is there, but nothing was measured in the window: no data, not a day of idle cost
+        closing = source.week(Window(T0 - DAY, T0, "closing"))
+        assert closing.gpus == () and closing.jobs == () and closing.history_start is None
+        assert len(source.week(Window(T0 - DAY, T0 + 15, "one scrape")).gpus) == 1  # one scrape in: measured
     finally:
         source.api.close()
         server.stop()
