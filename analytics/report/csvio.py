@@ -23,6 +23,7 @@ from analytics.report.model import CostRow, Report
 
 FORMULA_START = tuple("=+-@\t\r") + tuple("\uff1d\uff0b\uff0d\uff20")  # and full-width = + - @
 TABLES = ("costs", *(attr for attr in LISTS if attr != "rows"))  # one <table>.csv each; costs holds "rows"
+FILES = tuple(f"{t}.csv" for t in TABLES)  # the names to_csv gives, in its order
 
 
 def neutralise(text: str) -> str:
@@ -70,7 +71,7 @@ _NUMBERS = (int, float, int | None, float | None)
 
 def to_csv(report: Report) -> dict[str, str]:
     """File name -> CSV text, one per table; ``costs.csv`` holds the fleet row first. Empty cell = None."""
-    out = {"costs.csv": _csv(CostRow, [report.fleet, *report.rows])}
-    for attr in TABLES[1:]:  # daily.csv, queue.csv, ..., rent_vs_buy.csv, deltas.csv
-        out[f"{attr}.csv"] = _csv(LISTS[attr], getattr(report, attr))
+    out = {FILES[0]: _csv(CostRow, [report.fleet, *report.rows])}
+    for attr, name in zip(TABLES[1:], FILES[1:], strict=True):  # daily.csv, queue.csv, ..., deltas.csv
+        out[name] = _csv(LISTS[attr], getattr(report, attr))
     return out

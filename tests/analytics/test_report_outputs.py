@@ -7,7 +7,9 @@ import csv
 import dataclasses
 import io
 import json
+import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -191,3 +193,69 @@ def test_big_tables_show_the_top_rows_and_add_the_rest_up() -> None:
     cut = top([*jobs, rest], 20)
     assert [x.key for x in cut[-2:]] == ["(280 more)", "unallocated"]
     assert sum(x.total_cost for x in cut) == pytest.approx(sum(x.total_cost for x in [*jobs, rest]))
+
+
+# --- the CSV folder of a large report, written by a forked child -------------------------------
+
+
+def _logged_writes(monkeypatch: pytest.MonkeyPatch, log: Path, fail_in_child: bool = False, fail: bool = False) -> int:
+    """``write_atomic`` recording which process wrote each CSV file (a line each in ``log``); it
+    fails for CSV files in the child (``fail_in_child``) or everywhere (``fail``). This process's pid."""
+    from analytics.report import output
+
+    parent, real = os.getpid(), output.write_atomic
+
+    def logged(path: Path, text: str | Iterable[str]) -> None:
+        if path.suffix == ".csv":
+            if fail or (fail_in_child and os.getpid() != parent):
+                raise OSError(28, "No space left on device")
+            with log.open("a") as f:
+                f.write(f"{os.getpid()} {path.name}\n")
+        real(path, text)
+
+    monkeypatch.setattr(output, "write_atomic", logged)
+    monkeypatch.setattr(output, "BESIDE_ROWS", 1)  # the sample report counts as large
+    monkeypatch.setattr(output, "_single_threaded", lambda: True)  # whatever threads the test run has
+    return parent
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_large_report_has_its_csv_folder_written_by_a_child_byte_for_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report, formats = sample_report(), ["json", "csv", "md", "html"]
+    serial = write(report, formats, tmp_path / "serial")  # before the patch: one process
+    parent = _logged_writes(monkeypatch, tmp_path / "log")
+    forked = write(report, formats, tmp_path / "forked")
+    writers = {line.split()[0] for line in (tmp_path / "log").read_text().splitlines()}
+    assert writers and str(parent) not in writers  # every CSV file from the child
+    assert [p.relative_to(tmp_path / "forked") for p in forked] == [p.relative_to(tmp_path / "serial") for p in serial]
+    assert _files(tmp_path / "forked") == _files(tmp_path / "serial")
+    (child,) = writers
+    with pytest.raises(ChildProcessError):  # reaped by write: no longer this process's child
+        os.waitpid(int(child), os.WNOHANG)
+
+
+def test_a_child_that_fails_leaves_the_csv_folder_to_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report, formats = sample_report(), ["csv", "json"]
+    serial = write(report, formats, tmp_path / "serial")
+    parent = _logged_writes(monkeypatch, tmp_path / "log", fail_in_child=True)
+    again = write(report, formats, tmp_path / "again")
+    writers = [line.split()[0] for line in (tmp_path / "log").read_text().splitlines()]
+    assert set(writers) == {str(parent)} and len(writers) == 13  # all written here, once
+    assert _files(tmp_path / "again") == _files(tmp_path / "serial") and len(again) == len(serial)
+    assert not [p for p in (tmp_path / "again").rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_a_csv_folder_that_cannot_be_written_is_this_process_s_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _logged_writes(monkeypatch, tmp_path / "log", fail=True)
+    with pytest.raises(OSError, match="No space left on device"):
+        write(sample_report(), ["json", "csv"], tmp_path / "out")
+    assert (tmp_path / "out" / "gpuledger-2026-W48.json").is_file()  # the other files are kept
