@@ -15,6 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import TypeVar
 
+import numpy as np
+
 from analytics.sources import kubernetes
 from analytics.sources.base import (
     GpuFigures,
@@ -141,33 +143,44 @@ def join_slurm(
     """Each Slurm job row's account, partition and QOS (and, where the row has none, its user):
     the scheduler's record of the job on its GPU's cluster, else what its processes claimed (on
     its GPU's scrape target, else its cluster with its user); a field the scheduler leaves empty
-    is filled from the claim. On columns: a job's rows on its GPUs are joined once."""
+    is filled from the claim. A row without a job id keeps its own.
+
+    On columns: each row is coded by its GPU's (cluster, scrape target) and its key object (the
+    rows of a job share one), a job is joined once per code, and its rows take that answer."""
     t = JobTable.of(rows)
     cluster = {g.uuid: g.cluster for g in gpus}
-    joined: dict[tuple[str, str, JobKey], tuple[JobKey, str, str, str]] = {}
-    keys: list[JobKey] = []
-    slurm: list[tuple[str, str, str]] = []  # (account, partition, qos) per row
-    texts = t.texts
-    for u, k, *fields in zip(texts["uuid"], t.keys, texts["account"], texts["partition"], texts["qos"], strict=True):
+    places: dict[tuple[str, str], int] = {}  # (cluster, scrape target) -> its code
+    place = {u: places.setdefault((cluster.get(u, ""), targets.get(u, "")), len(places)) for u in t.texts["uuid"]}
+    key_code: dict[int, int] = {}  # a key object's id -> its code
+    codes = [key_code.setdefault(id(k), len(key_code)) for k in t.keys]
+    objects = list({id(k): k for k in t.keys}.values())  # in the order of their codes
+    n = max(1, len(objects))
+    pair = np.array([place[u] for u in t.texts["uuid"]], dtype=np.int64) * n + np.array(codes, dtype=np.int64)
+    pairs, inverse = np.unique(pair, return_inverse=True)
+    at = list(places)
+    joined: list[JobKey | None] = []  # per pair; None: no job id (its rows keep their own)
+    fields: list[tuple[str, str, str]] = []
+    for code in pairs.tolist():
+        (c, target), k = at[code // n], objects[code % n]
         if not k.job_id:
-            keys.append(k)
-            slurm.append((fields[0], fields[1], fields[2]))
+            joined.append(None)
+            fields.append(("", "", ""))
             continue
-        c = cluster.get(u, "")
-        target = targets.get(u, "")
-        if (done := joined.get((c, target, k))) is None:
-            rec = records.scheduler.get((c, k.job_id))
-            claim = records.claim(c, target, k)
-            account, partition, qos = (
-                (rec.account or claim[0], rec.partition or claim[1], rec.qos or claim[2]) if rec else claim
-            )
-            user = k.user or (rec.user if rec else "")
-            key = JobKey(k.job_id, user, k.pod, k.namespace, k.container, account, partition, qos)
-            done = joined[c, target, k] = (key, account, partition, qos)
-        keys.append(done[0])
-        slurm.append(done[1:])
-    cols: list[list[str]] = [list(x) for x in zip(*slurm, strict=True)] if slurm else [[], [], []]
-    return t.with_(texts=dict(zip(("account", "partition", "qos"), cols, strict=True)), keys=keys)
+        rec = records.scheduler.get((c, k.job_id))
+        claim = records.claim(c, target, k)
+        account, partition, qos = (
+            (rec.account or claim[0], rec.partition or claim[1], rec.qos or claim[2]) if rec else claim
+        )
+        user = k.user or (rec.user if rec else "")
+        joined.append(JobKey(k.job_id, user, k.pod, k.namespace, k.container, account, partition, qos))
+        fields.append((account, partition, qos))
+    ix = inverse.reshape(-1).tolist()
+    keys = [joined[i] or k for i, k in zip(ix, t.keys, strict=True)]
+    cols = {
+        name: [fields[i][f] if joined[i] else own for i, own in zip(ix, t.texts[name], strict=True)]
+        for f, name in enumerate(("account", "partition", "qos"))
+    }
+    return t.with_(texts=cols, keys=keys)
 
 
 class Enriched:

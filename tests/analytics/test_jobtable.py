@@ -5,8 +5,11 @@ as it joined the rows one by one."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import random
+from dataclasses import replace
 
 import numpy as np
 from hypothesis import given, settings
@@ -177,3 +180,62 @@ def test_merged_job_rows_add_up_per_gpu_and_job(per_day: list[list[tuple[str, st
         assert j.host == next((x.host for x in reversed(mine) if x.host), "")
         assert j.partition == mine[0].partition
         assert j.cluster == {"GPU-a": "x", "GPU-b": "y"}[j.uuid]
+
+
+def _joined_row(j: JobWeek, cluster: str, target: str, records: JobRecords) -> JobWeek:
+    """One row joined alone, as the docstring of ``join_slurm`` says: the reference."""
+    k = j.job
+    if not k.job_id:
+        return j
+    rec = records.scheduler.get((cluster, k.job_id))
+    claim = records.claim(cluster, target, k)
+    fields = (rec.account or claim[0], rec.partition or claim[1], rec.qos or claim[2]) if rec else claim
+    user = k.user or (rec.user if rec else "")
+    key = JobKey(k.job_id, user, k.pod, k.namespace, k.container, *fields)
+    return replace(j, job=key, account=fields[0], partition=fields[1], qos=fields[2])
+
+
+CLUSTERS = ("", "x", "y")
+TARGETS = ("", "node-1:9400", "node-2:9400")
+fields3 = st.tuples(text, text, text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["GPU-a", "GPU-b", "GPU-c", "GPU-d"]), st.tuples(*map(st.sampled_from, (CLUSTERS, TARGETS)))
+    ),
+    job_rows(),
+    st.lists(st.builds(SchedulerJob, text, text, text, text), min_size=1),
+    st.lists(fields3, min_size=1),
+    st.randoms(use_true_random=False),
+)
+def test_the_slurm_join_equals_joining_each_row_alone(
+    gpus_at: dict[str, tuple[str, str]],
+    rows: list[JobWeek],
+    recs: list[SchedulerJob],
+    claimed: list[tuple[str, str, str]],
+    rnd: random.Random,
+) -> None:
+    """Rows of a job share one key object, or carry equal copies; on GPUs of several clusters and
+    scrape targets, and on a GPU the source does not list (no cluster, no target); each job with a
+    scheduler's record, a claim by scrape target, a claim by cluster and user, some or none, on
+    one cluster or another."""
+    uuids = [*gpus_at, "GPU-unlisted"]
+    rows = [replace(j, uuid=rnd.choice(uuids), job=copy.copy(j.job) if rnd.random() < 0.3 else j.job) for j in rows]
+    gpus = [GpuWeek(u, "h", "m", "0", 1.0, 0.0, None, None, None, None, cluster=c) for u, (c, _) in gpus_at.items()]
+    targets = {u: t for u, (_, t) in gpus_at.items()}
+    scheduler, by_target, by_cluster = {}, {}, {}
+    for k in {j.job for j in rows}:
+        if rnd.random() < 0.4:
+            scheduler[rnd.choice(CLUSTERS), k.job_id] = rnd.choice(recs)
+        if rnd.random() < 0.4:
+            by_target[rnd.choice(CLUSTERS), rnd.choice(TARGETS), k.job_id] = rnd.choice(claimed)
+        if rnd.random() < 0.4:
+            by_cluster[rnd.choice(CLUSTERS), k.job_id, k.user] = rnd.choice(claimed)
+    records = JobRecords(scheduler=scheduler, claims_by_target=by_target, claims_by_cluster=by_cluster)
+    got = join_slurm(rows, gpus, targets, records)
+    want = [_joined_row(j, gpus_at.get(j.uuid, ("", ""))[0], targets.get(j.uuid, ""), records) for j in rows]
+    assert list(got) == want
+    with_id = [(j.job.slurm(), (j.account, j.partition, j.qos)) for j in got if j.job.job_id]
+    assert all(a == b for a, b in with_id)  # a joined row's key says what its row says
