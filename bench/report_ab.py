@@ -54,11 +54,23 @@ def report(tree: Path, url: str, out: Path) -> tuple[float, float, float]:
 
 
 def keep(tree: Path, url: str, out: Path) -> None:
-    """The week's days kept in ``out`` by ``tree``'s code (``bench/rollup_scale.py``'s ``keep_days``):
-    nothing where its files are there already, else its own (another layout, another key)."""
+    """The week's days and the week before's kept in ``out`` by ``tree``'s code, as
+    ``bench/rollup_scale.py`` keeps them: nothing where its files are there already, else its own
+    (another layout, another key)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPULEDGER_")}
     env["PYTHONPATH"] = str(tree)
-    code = "import sys, pathlib, bench.rollup_scale as r; r.keep_days(sys.argv[1], pathlib.Path(sys.argv[2]))"
+    code = (
+        "import sys, pathlib\n"
+        "from analytics.config import FullSettings\n"
+        "from analytics.pipeline import make_source\n"
+        "from domain.week import iso_week\n"
+        "a = {'source': 'prometheus', 'reports_dir': sys.argv[2]}\n"
+        "s = FullSettings(analytics=a, prometheus={'url': sys.argv[1]})\n"
+        "source = make_source(s)\n"
+        "for week in ('2026-W46', '2026-W47'):\n"
+        "    source.keep_days(iso_week(week))\n"
+        "source.close()\n"
+    )
     got = subprocess.run([sys.executable, "-c", code, url, str(out)], env=env, cwd=tree, capture_output=True, text=True)
     if got.returncode:
         raise SystemExit(f"{tree}: keeping the days failed:\n{got.stderr[-2000:]}")

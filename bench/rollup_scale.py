@@ -228,6 +228,9 @@ def run_size(gpus: int, days: int, slot_hours: int, repeats: int, cache: Path | 
             for i in range(repeats):  # the week read at once (no day kept: as before the day cache)
                 runs.append(report_once(url, work / f"reports-{i}", None, "--no-day-cache"))
                 print(f"  report {i + 1}: {runs[-1][0]:.2f} s, {runs[-1][1]:.0f} MiB", flush=True)
+            # the week before, as a daemon that ran then kept it (the report reads it for the
+            # week-over-week figures; here it holds only the GPUs' info at its closing instant: no data)
+            keep_days(url, kept_in, ("2026-W46",))
             keep_s = keep_days(url, kept_in)  # what the daemon does after a refresh
             print(f"  keeping the {days} days: {keep_s:.2f} s", flush=True)
             warm = []
@@ -247,8 +250,8 @@ def run_size(gpus: int, days: int, slot_hours: int, repeats: int, cache: Path | 
         if any(code != 0 for _, _, code in [first, *runs, *warm, *one_day]):
             raise RuntimeError(f"report failed: {first} {runs} {warm} {one_day}")
         kept = len(list((work / "reports-warmup" / ".days").glob("*.json")))
-        if kept != days:
-            raise RuntimeError(f"{kept} days kept, not {days}")
+        if kept != 2 * days:  # the week's and the week before's
+            raise RuntimeError(f"{kept} days kept, not {2 * days}")
         same_as_cold(work / "reports-0", work / "reports-warmup")
         if not read_rollups(work / "reports-0"):
             raise RuntimeError("the report did not read the rollups")
@@ -289,8 +292,8 @@ def run_size(gpus: int, days: int, slot_hours: int, repeats: int, cache: Path | 
             shutil.rmtree(work, ignore_errors=True)
 
 
-def keep_days(url: str, reports: Path) -> float:
-    """Keep the week's days as the analytics daemon does after a refresh (``DayCached.keep_days``
+def keep_days(url: str, reports: Path, weeks: tuple[str, ...] = ("2026-W47",)) -> float:
+    """Keep the days of ``weeks`` as the analytics daemon does after a refresh (``DayCached.keep_days``
     with the settings ``gpuledger report`` makes of its flags), in this process; its seconds."""
     from analytics.config import FullSettings
     from analytics.daycache import DayCached
@@ -302,7 +305,8 @@ def keep_days(url: str, reports: Path) -> float:
     assert isinstance(source, DayCached)
     t0 = time.monotonic()
     try:
-        source.keep_days(iso_week("2026-W47"))
+        for week in weeks:
+            source.keep_days(iso_week(week))
     finally:
         source.close()
     return time.monotonic() - t0
