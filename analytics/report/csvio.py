@@ -14,7 +14,7 @@ import csv
 import dataclasses
 import io
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 from typing import Any
 
@@ -40,19 +40,32 @@ def _csv_cell(v: object) -> object:
 
 
 def _csv(cls: type[Any], rows: Iterable[Any]) -> str:
+    return "".join(_pieces(cls, rows))
+
+
+CHUNK = 4096  # rows a piece
+
+
+def _pieces(cls: type[Any], rows: Iterable[Any]) -> Iterator[str]:
+    """The table's CSV text, CHUNK rows a piece (a 100,000-job table is never one string)."""
     buf = io.StringIO()
     w = csv.writer(buf)  # RFC 4180: quotes cells with commas, quotes and newlines; \r\n rows
     names = [f.name for f in dataclasses.fields(cls)]
     w.writerow(names)
     rows = rows if isinstance(rows, list | tuple) else list(rows)
-    # column by column (a 100,000-job table: each column one pass in C, a cell made only where its
-    # field needs it), then written row by row
-    cols = [list(map(attrgetter(name), rows)) for name in names]
-    for i, cell in enumerate(_cells(cls)):
-        if cell is not None:
-            cols[i] = list(map(cell, cols[i]))
-    w.writerows(zip(*cols, strict=True))
-    return buf.getvalue()
+    cells = _cells(cls)
+    for at in range(0, max(1, len(rows)), CHUNK):
+        part = rows[at : at + CHUNK]
+        # column by column (each column one pass in C, a cell made only where its field needs
+        # it), then written row by row
+        cols = [list(map(attrgetter(name), part)) for name in names]
+        for i, cell in enumerate(cells):
+            if cell is not None:
+                cols[i] = list(map(cell, cols[i]))
+        w.writerows(zip(*cols, strict=True))
+        yield buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
 
 
 def _cells(cls: type[Any]) -> list[Callable[[Any], object] | None]:
@@ -71,7 +84,11 @@ _NUMBERS = (int, float, int | None, float | None)
 
 def to_csv(report: Report) -> dict[str, str]:
     """File name -> CSV text, one per table; ``costs.csv`` holds the fleet row first. Empty cell = None."""
-    out = {FILES[0]: _csv(CostRow, [report.fleet, *report.rows])}
+    return {name: "".join(pieces) for name, pieces in csv_pieces(report)}
+
+
+def csv_pieces(report: Report) -> Iterator[tuple[str, Iterator[str]]]:
+    """``to_csv``'s files, each as pieces made as they are written (``_pieces``)."""
+    yield FILES[0], _pieces(CostRow, [report.fleet, *report.rows])
     for attr, name in zip(TABLES[1:], FILES[1:], strict=True):  # daily.csv, queue.csv, ..., deltas.csv
-        out[name] = _csv(LISTS[attr], getattr(report, attr))
-    return out
+        yield name, _pieces(LISTS[attr], getattr(report, attr))

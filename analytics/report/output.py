@@ -72,10 +72,14 @@ def write(report: Report, formats: list[str], out_dir: Path) -> list[Path]:
     # the renderers are imported on the first write, not with FORMATS (which the settings check)
     from analytics.report.csvio import FILES
     from analytics.report.html import to_html
-    from analytics.report.jsonio import to_json
+    from analytics.report.jsonio import json_pieces
     from analytics.report.markdown import to_markdown
 
-    single: dict[str, Callable[[Report], str | Iterable[str]]] = {"json": to_json, "md": to_markdown, "html": to_html}
+    single: dict[str, Callable[[Report], str | Iterable[str]]] = {
+        "json": json_pieces,  # written as it is made (a 10,000-GPU week's file is 73 MB)
+        "md": to_markdown,
+        "html": to_html,
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     stem, written = f"gpuledger-{_safe(report.week)}", []
     order = list(dict.fromkeys(formats))
@@ -101,10 +105,10 @@ def write(report: Report, formats: list[str], out_dir: Path) -> list[Path]:
 
 
 def _write_csv(report: Report, folder: Path) -> None:
-    from analytics.report.csvio import to_csv
+    from analytics.report.csvio import csv_pieces
 
-    for name, text in to_csv(report).items():
-        write_atomic(folder / name, text)
+    for name, pieces in csv_pieces(report):
+        write_atomic(folder / name, pieces)
 
 
 def _parallel(report: Report, order: list[str]) -> bool:

@@ -259,3 +259,30 @@ def test_a_csv_folder_that_cannot_be_written_is_this_process_s_error(
     with pytest.raises(OSError, match="No space left on device"):
         write(sample_report(), ["json", "csv"], tmp_path / "out")
     assert (tmp_path / "out" / "gpuledger-2026-W48.json").is_file()  # the other files are kept
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3])
+def test_csv_written_in_pieces_is_the_same_text(chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table is made ``CHUNK`` rows a piece (never one string at 100,000 jobs): the same text
+    whatever the piece's size, the header once, an empty table its header alone."""
+    from analytics.report import csvio
+
+    report = sample_report()
+    whole = to_csv(report)
+    monkeypatch.setattr(csvio, "CHUNK", chunk)
+    assert to_csv(report) == whole
+    files = dict(csvio.csv_pieces(report))
+    costs = list(files["costs.csv"])
+    assert len(costs) == -(-(1 + len(report.rows)) // chunk) > 1  # a piece per CHUNK rows
+    assert "".join(costs).count("group,key,") == 1
+    empty = dataclasses.replace(report, failures=[])
+    assert to_csv(empty)["failures.csv"].count("\r\n") == 1
+
+
+def test_json_written_in_pieces_is_the_same_text() -> None:
+    from analytics.report.jsonio import json_pieces
+
+    report = sample_report()
+    pieces = list(json_pieces(report))
+    assert len(pieces) > len(report.rows) and "".join(pieces) == to_json(report)
+    assert from_json("".join(pieces)) == report
