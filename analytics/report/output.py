@@ -141,6 +141,10 @@ def _beside(work: Callable[[], None]) -> int | None:
 
 
 def _joined(pid: int) -> bool:
-    """Whether the child ``pid`` did its work; waits for it."""
-    _, status = os.waitpid(pid, 0)
+    """Whether the child ``pid`` did its work; waits for it (not known where it was reaped
+    elsewhere, SIGCHLD ignored: then the work is done again)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return False
     return os.waitstatus_to_exitcode(status) == 0

@@ -286,3 +286,17 @@ def test_json_written_in_pieces_is_the_same_text() -> None:
     pieces = list(json_pieces(report))
     assert len(pieces) > len(report.rows) and "".join(pieces) == to_json(report)
     assert from_json("".join(pieces)) == report
+
+
+def test_a_child_reaped_elsewhere_has_its_work_done_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGCHLD ignored (the kernel reaps the child): the files are written here, no error."""
+    import signal
+
+    parent = _logged_writes(monkeypatch, tmp_path / "log")
+    before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        paths = write(sample_report(), ["json", "csv"], tmp_path / "out")
+    finally:
+        signal.signal(signal.SIGCHLD, before)
+    writers = [line.split()[0] for line in (tmp_path / "log").read_text().splitlines()]
+    assert writers.count(str(parent)) == 13 and all(p.is_file() for p in paths)
