@@ -28,7 +28,7 @@ import numpy.typing as npt
 from analytics.gpucolumns import NUMBERS as GPU_NUMBERS
 from analytics.gpucolumns import TEXTS as GPU_TEXTS
 from analytics.gpucolumns import GpuColumns
-from analytics.sources.base import GpuFigures, LabelSet, RecordSets
+from analytics.sources.base import GpuFigures, LabelSet, RecordSets, label_sets
 from domain.jobs import JobKey
 from domain.jobtable import NUMBERS, TEXTS, JobTable, Labels
 from domain.week import Day, GpuWeek, JobWeek, Window
@@ -186,7 +186,7 @@ def records_from(doc: Any) -> RecordSets | None:
         k = len(names)
         codes = _picked(strings, doc[key], n * k)
         rows = zip(*(codes[i::k] for i in range(k)), strict=True) if k else iter([()] * n)
-        return frozenset(tuple(compress(zip(names, row, strict=True), row)) for row in rows)  # "": no such label
+        return label_sets(compress(zip(names, row, strict=True), row) for row in rows)  # "": no such label
 
     return RecordSets(doc["cluster_label"], sets("scheduler"), sets("claims"))
 

@@ -21,7 +21,17 @@ from contextlib import contextmanager
 
 from analytics.config import PrometheusSettings
 from analytics.sources import kubernetes
-from analytics.sources.base import GpuFigures, JobRecords, Labels, LabelSet, PodKey, QueuePart, RecordSets, Span
+from analytics.sources.base import (
+    GpuFigures,
+    JobRecords,
+    Labels,
+    LabelSet,
+    PodKey,
+    QueuePart,
+    RecordSets,
+    Span,
+    label_sets,
+)
 from analytics.sources.enrich import Enriched
 from analytics.sources.promanswer import QueryError
 from analytics.sources.promapi import PromAPI, Series, label_value, rng
@@ -231,7 +241,7 @@ RECORDS_TAIL = 15 * 60  # the raw records read after the last 5-minute record: a
 
 
 def _sets(series: Sequence[Series]) -> frozenset[LabelSet]:
-    return frozenset(tuple(sorted(s.labels.items())) for s in series)
+    return label_sets(sorted(s.labels.items()) for s in series)
 
 
 def split_cluster(job: str) -> tuple[str, str]:

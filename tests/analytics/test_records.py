@@ -9,7 +9,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analytics.sources.base import LabelSet, RecordSets
+from analytics.sources.base import LabelSet, RecordSets, label_sets
 from analytics.sources.records import records_of
 
 value = st.sampled_from(["", "a", "b", "gpu", "=x"])
@@ -55,3 +55,19 @@ def test_two_days_sets_give_the_windows_records(a: list[LabelSet], b: list[Label
     day1 = RecordSets("cluster", frozenset(), frozenset(a))
     day2 = RecordSets("cluster", frozenset(), frozenset(b))
     assert records_of(day1 | day2) == records_of(RecordSets("cluster", frozenset(), frozenset(a + b)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["instance", "job_id", "user", "account"]), st.sampled_from(["", "a", "b", "ü"])
+        )
+    )
+)
+def test_label_sets_share_equal_pairs_and_equal_the_sets_as_they_came(rows: list[dict[str, str]]) -> None:
+    """The sets are the sets of the rows, and a (name, value) pair found in several is one tuple."""
+    got = label_sets(sorted(r.items()) for r in rows)
+    assert got == frozenset(tuple(sorted(r.items())) for r in rows)
+    pairs = [p for labels in got for p in labels]
+    assert len({id(p) for p in pairs}) == len(set(pairs))
