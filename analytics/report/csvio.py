@@ -39,10 +39,6 @@ def _csv_cell(v: object) -> object:
     return neutralise(v) if isinstance(v, str) else v
 
 
-def _csv(cls: type[Any], rows: Iterable[Any]) -> str:
-    return "".join(_pieces(cls, rows))
-
-
 CHUNK = 4096  # rows a piece
 
 

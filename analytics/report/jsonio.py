@@ -72,6 +72,9 @@ def to_json(report: Report) -> str:
     return "".join(json_pieces(report))
 
 
+KEY_SEP, ROW_SEP = ",\n ", ",\n  "  # between keys, between a list's rows
+
+
 def json_pieces(report: Report) -> Iterator[str]:
     """``to_json``'s text in pieces, a row at a time, made as they are written: a 10,000-GPU
     week's 73 MB file is never one string, nor three (its parts, their join, its decoding)."""
@@ -89,9 +92,6 @@ def json_pieces(report: Report) -> Iterator[str]:
         else:
             yield adapter.dump_json(value).decode()
     yield "\n}\n"
-
-
-KEY_SEP, ROW_SEP = ",\n ", ",\n  "
 
 
 def from_json(text: str | bytes) -> Report:
